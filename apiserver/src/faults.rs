@@ -1,0 +1,138 @@
+//! Test support: fault injection and the request log.
+
+use std::sync::{Arc, Mutex};
+
+/// One injected-failure rule.
+#[derive(Debug, Clone)]
+pub struct FaultRule {
+    /// Fraction of matching requests to fail (0.0..=1.0).
+    pub fraction: f64,
+    /// HTTP code: 500 (InternalError), 409 (Conflict), 429 (TooManyRequests) or any other.
+    pub code: u16,
+    /// Only requests with this verb (`get`, `list`, `watch`, `create`, `update`, `patch`,
+    /// `delete`, `deletecollection`); None = all.
+    pub verb: Option<String>,
+    /// Only requests for this resource plural (e.g. `configmaps`); None = all.
+    pub resource: Option<String>,
+}
+
+#[derive(Default)]
+struct FaultState {
+    rules: Vec<FaultRule>,
+    /// Cut every watch stream after this many events.
+    cut_after: Option<usize>,
+    /// Probability per event of cutting a watch stream.
+    cut_probability: f64,
+}
+
+/// Handle for injecting faults into a running server. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct FaultInjector {
+    state: Arc<Mutex<FaultState>>,
+}
+
+impl FaultInjector {
+    fn with<R>(&self, f: impl FnOnce(&mut FaultState) -> R) -> R {
+        match self.state.lock() {
+            Ok(mut g) => f(&mut g),
+            Err(p) => f(&mut p.into_inner()),
+        }
+    }
+    /// Adds a failure rule.
+    pub fn add(&self, rule: FaultRule) {
+        self.with(|s| s.rules.push(rule));
+    }
+    /// Fails `fraction` of requests with `code`, optionally only for one verb / resource.
+    pub fn fail(&self, fraction: f64, code: u16, verb: Option<&str>, resource: Option<&str>) {
+        self.add(FaultRule {
+            fraction,
+            code,
+            verb: verb.map(str::to_string),
+            resource: resource.map(str::to_string),
+        });
+    }
+    /// Ends every watch stream after `n` delivered events (None disables).
+    pub fn cut_watches_after(&self, n: Option<usize>) {
+        self.with(|s| s.cut_after = n);
+    }
+    /// Cuts watch streams at random with this per-event probability.
+    pub fn cut_watches_randomly(&self, probability: f64) {
+        self.with(|s| s.cut_probability = probability);
+    }
+    /// Removes all rules and watch cutting.
+    pub fn clear(&self) {
+        self.with(|s| *s = FaultState::default());
+    }
+
+    /// Code to fail this request with, if any.
+    pub(crate) fn check(&self, verb: &str, resource: &str) -> Option<u16> {
+        self.with(|s| {
+            for r in &s.rules {
+                if r.verb.as_deref().is_some_and(|v| v != verb) {
+                    continue;
+                }
+                if r.resource.as_deref().is_some_and(|x| x != resource) {
+                    continue;
+                }
+                if r.fraction >= 1.0 || fastrand::f64() < r.fraction {
+                    return Some(r.code);
+                }
+            }
+            None
+        })
+    }
+
+    /// Whether a watch that has sent `sent` events should be cut now.
+    pub(crate) fn should_cut(&self, sent: usize) -> bool {
+        self.with(|s| {
+            s.cut_after.is_some_and(|n| sent >= n)
+                || (s.cut_probability > 0.0 && fastrand::f64() < s.cut_probability)
+        })
+    }
+}
+
+/// One logged request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    pub method: String,
+    /// Kubernetes verb (get, list, watch, create, update, patch, delete, deletecollection,
+    /// or `discovery` / `other`).
+    pub verb: String,
+    pub path: String,
+    pub query: String,
+    pub group: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    pub code: u16,
+    /// Whether the request changed the store (a new resourceVersion was written).
+    pub changed: bool,
+}
+
+/// The log of every request the server answered. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct RequestLog {
+    entries: Arc<Mutex<Vec<RequestRecord>>>,
+}
+
+impl RequestLog {
+    pub(crate) fn push(&self, r: RequestRecord) {
+        if let Ok(mut g) = self.entries.lock() {
+            g.push(r);
+        }
+    }
+    /// All records so far.
+    pub fn entries(&self) -> Vec<RequestRecord> {
+        self.entries.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+    /// Records matching a predicate.
+    pub fn filter(&self, f: impl Fn(&RequestRecord) -> bool) -> Vec<RequestRecord> {
+        self.entries().into_iter().filter(|r| f(r)).collect()
+    }
+    pub fn clear(&self) {
+        if let Ok(mut g) = self.entries.lock() {
+            g.clear();
+        }
+    }
+}

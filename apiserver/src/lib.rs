@@ -1,0 +1,142 @@
+//! An embedded, in-memory Kubernetes API server for development and tests.
+//!
+//! It speaks enough of the real REST + watch protocol (discovery, CRUD, CRDs, server-side
+//! apply, admission webhooks) for kube-rs clients and `kubectl` to work against it unchanged.
+//! See `README.md` for what is and is not supported.
+
+pub mod admission;
+pub mod error;
+pub mod faults;
+mod handlers;
+pub mod patch;
+pub mod registry;
+pub mod selectors;
+mod server;
+pub mod ssa;
+pub mod store;
+pub mod tls;
+pub mod util;
+mod watch;
+
+pub use error::{ApiError, Error};
+pub use faults::{FaultInjector, FaultRule, RequestLog, RequestRecord};
+pub use server::{mark_deployment_available, spawn_deployment_controller};
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Server configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bearer token clients must present; a random one is generated if empty.
+    pub token: String,
+    /// Webhook service resolution: (namespace, name, port) -> address.
+    pub service_map: HashMap<(String, String, u16), SocketAddr>,
+    /// Number of watch events kept for resuming watches (older versions get 410 Gone).
+    pub history: usize,
+    /// Interval between BOOKMARK events on watches that asked for them.
+    pub bookmark_interval: Duration,
+    /// Address to listen on (port 0 = ephemeral).
+    pub bind: SocketAddr,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            token: String::new(),
+            service_map: HashMap::new(),
+            history: 10_000,
+            bookmark_interval: Duration::from_secs(5),
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+}
+
+/// Entry point: `ApiServer::start(Config::default()).await`.
+pub struct ApiServer;
+
+impl ApiServer {
+    /// Generates certificates, binds the listener and starts serving.
+    pub async fn start(config: Config) -> Result<RunningApiServer, Error> {
+        server::start(config).await
+    }
+}
+
+/// A running server. Dropping it does not stop it; call [`RunningApiServer::shutdown`].
+pub struct RunningApiServer {
+    pub(crate) state: Arc<server::State>,
+    pub(crate) addr: SocketAddr,
+    pub(crate) ca_pem: String,
+    pub(crate) ca_der: Vec<u8>,
+    pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
+    pub(crate) task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningApiServer {
+    /// `https://127.0.0.1:<port>`
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// PEM of the CA that signed the serving certificate.
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
+    }
+    pub fn token(&self) -> String {
+        self.state.token.clone()
+    }
+    /// A kubeconfig (cluster with certificate-authority-data, token user, context).
+    pub fn kubeconfig_yaml(&self) -> String {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: btp-local\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: btp-local\n  user:\n    token: {token}\ncontexts:\n- name: btp-local\n  context:\n    cluster: btp-local\n    user: btp-local\n    namespace: default\ncurrent-context: btp-local\npreferences: {{}}\n",
+            url = self.url(),
+            token = self.state.token
+        )
+    }
+    /// A `kube::Config` ready for `kube::Client::try_from`.
+    pub fn kube_config(&self) -> kube::Config {
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .unwrap_or_else(|_| http::Uri::from_static("https://127.0.0.1"));
+        let mut c = kube::Config::new(uri);
+        c.root_cert = Some(vec![self.ca_der.clone()]);
+        c.auth_info.token = Some(self.state.token.clone().into());
+        c.default_namespace = "default".into();
+        c
+    }
+    /// A connected client.
+    pub async fn client(&self) -> kube::Client {
+        match kube::Client::try_from(self.kube_config()) {
+            Ok(c) => c,
+            Err(e) => panic!("building a kube client for the embedded apiserver failed: {e}"),
+        }
+    }
+    pub fn faults(&self) -> FaultInjector {
+        self.state.faults.clone()
+    }
+    pub fn request_log(&self) -> RequestLog {
+        self.state.log.clone()
+    }
+    /// Registers (or changes) where a webhook service resolves to.
+    pub fn set_service_address(&self, ns: &str, name: &str, port: u16, addr: SocketAddr) {
+        if let Ok(mut m) = self.state.service_map.write() {
+            m.insert((ns.to_string(), name.to_string(), port), addr);
+        }
+    }
+    /// Stops accepting connections and ends open watches.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+}
+
+pub(crate) type ServiceMap = RwLock<HashMap<(String, String, u16), SocketAddr>>;
+
+use axum::http;

@@ -1,0 +1,407 @@
+//! Listener (TLS, HTTP/1.1 + HTTP/2), authentication, routing and request logging.
+
+use crate::error::{ApiError, Error};
+use crate::faults::{FaultInjector, RequestLog, RequestRecord};
+use crate::registry::{Registry, ResourceDef};
+use crate::store::Store;
+use crate::{Config, RunningApiServer, ServiceMap};
+use axum::body::Body;
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) struct State {
+    pub store: Store,
+    pub registry: Registry,
+    pub token: String,
+    pub faults: FaultInjector,
+    pub log: RequestLog,
+    pub service_map: ServiceMap,
+    pub bookmark_interval: Duration,
+    pub addr: SocketAddr,
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
+    let certs = crate::tls::generate(&[])?;
+    let tls_cfg = Arc::new(crate::tls::server_config(&certs)?);
+    let listener = tokio::net::TcpListener::bind(config.bind).await?;
+    let addr = listener.local_addr()?;
+    let token = if config.token.is_empty() {
+        crate::util::new_token()
+    } else {
+        config.token.clone()
+    };
+    let (sd_tx, sd_rx) = tokio::sync::watch::channel(false);
+    let state = Arc::new(State {
+        store: Store::new(config.history),
+        registry: Registry::new(),
+        token,
+        faults: FaultInjector::default(),
+        log: RequestLog::default(),
+        service_map: std::sync::RwLock::new(config.service_map.clone()),
+        bookmark_interval: config.bookmark_interval,
+        addr,
+        shutdown: sd_rx.clone(),
+    });
+    for ns in ["default", "kube-system", "kube-public"] {
+        crate::handlers::bootstrap_namespace(&state, ns);
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls_cfg);
+    let st = state.clone();
+    let mut sd = sd_rx;
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = sd.changed() => break,
+                acc = listener.accept() => {
+                    let Ok((tcp, _)) = acc else { continue };
+                    let _ = tcp.set_nodelay(true);
+                    let acceptor = acceptor.clone();
+                    let st = st.clone();
+                    let mut sd2 = sd.clone();
+                    conns.spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else { return };
+                        let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                            let st = st.clone();
+                            async move {
+                                Ok::<_, std::convert::Infallible>(dispatch(st, req.map(Body::new)).await)
+                            }
+                        });
+                        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+                        tokio::pin!(conn);
+                        tokio::select! {
+                            _ = conn.as_mut() => {}
+                            _ = sd2.changed() => {}
+                        }
+                    });
+                    // reap finished connections
+                    while conns.try_join_next().is_some() {}
+                }
+            }
+        }
+        conns.abort_all();
+    });
+    Ok(RunningApiServer {
+        state,
+        addr,
+        ca_pem: certs.ca_pem,
+        ca_der: certs.ca_der,
+        shutdown: sd_tx,
+        task,
+    })
+}
+
+/// A resolved resource request.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub def: Arc<ResourceDef>,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub sub: Option<String>,
+}
+
+impl Target {
+    pub fn gr(&self) -> (String, String) {
+        self.def.key()
+    }
+    pub fn ns(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("")
+    }
+    pub fn status(&self) -> bool {
+        self.sub.as_deref() == Some("status")
+    }
+}
+
+enum Route {
+    Json(Value),
+    Resource(Target, bool /* legacy /watch/ prefix */),
+    NotFound,
+}
+
+fn route(st: &State, path: &str) -> Route {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
+        ["version"] => {
+            return Route::Json(json!({
+                "major": "1", "minor": "33", "gitVersion": "v1.33.0-btp-apiserver",
+                "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+                "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
+                "platform": "linux/amd64",
+            }))
+        }
+        ["healthz"] | ["livez"] | ["readyz"] => return Route::Json(json!("ok")),
+        ["api"] => {
+            return Route::Json(json!({
+                "kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": st.addr.to_string()}],
+            }))
+        }
+        ["apis"] => return Route::Json(st.registry.api_group_list()),
+        ["api", "v1"] => {
+            return match st.registry.api_resource_list("", "v1") {
+                Some(v) => Route::Json(v),
+                None => Route::NotFound,
+            }
+        }
+        ["apis", g] => {
+            return match st.registry.api_group(g) {
+                Some(v) => Route::Json(v),
+                None => Route::NotFound,
+            }
+        }
+        ["apis", g, v] => {
+            return match st.registry.api_resource_list(g, v) {
+                Some(v) => Route::Json(v),
+                None => Route::NotFound,
+            }
+        }
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] => (g, v, rest),
+        _ => return Route::NotFound,
+    };
+    let (legacy_watch, rest) = match rest {
+        ["watch", r @ ..] => (true, r),
+        r => (false, r),
+    };
+    let mk = |plural: &str, ns: Option<&str>, name: Option<&str>, sub: Option<&str>| {
+        let def = st.registry.lookup(group, version, plural)?;
+        if ns.is_some() && !def.namespaced {
+            return None;
+        }
+        if let Some(s) = sub {
+            if s != "status" || !def.has_status(version) {
+                if !(def.plural == "namespaces" && s == "finalize") {
+                    return None;
+                }
+            }
+        }
+        Some(Target {
+            def,
+            version: version.to_string(),
+            namespace: ns.map(str::to_string),
+            name: name.map(str::to_string),
+            sub: sub.map(str::to_string),
+        })
+    };
+    let t = match rest {
+        ["namespaces", n, s @ ("status" | "finalize")] if group.is_empty() => {
+            mk("namespaces", None, Some(n), Some(s))
+        }
+        ["namespaces", ns, r] => mk(r, Some(ns), None, None),
+        ["namespaces", ns, r, n] => mk(r, Some(ns), Some(n), None),
+        ["namespaces", ns, r, n, s] => mk(r, Some(ns), Some(n), Some(s)),
+        [r] => mk(r, None, None, None),
+        [r, n] => mk(r, None, Some(n), None),
+        [r, n, s] => mk(r, None, Some(n), Some(s)),
+        _ => None,
+    };
+    match t {
+        Some(t) => Route::Resource(t, legacy_watch),
+        None => Route::NotFound,
+    }
+}
+
+fn json_response(code: StatusCode, v: &Value) -> Response {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+pub(crate) fn verb_of(method: &Method, t: &Target, watch: bool) -> &'static str {
+    match (method.as_str(), t.name.is_some()) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "other",
+    }
+}
+
+fn fault_error(code: u16) -> ApiError {
+    match code {
+        409 => ApiError::new(409, "Conflict", "injected fault: conflict"),
+        429 => ApiError::new(429, "TooManyRequests", "injected fault: too many requests"),
+        504 => ApiError::new(504, "Timeout", "injected fault: timeout"),
+        500 => ApiError::internal("injected fault"),
+        c => ApiError::new(c, "InternalError", "injected fault"),
+    }
+}
+
+pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let mut rec = RequestRecord {
+        method: method.to_string(),
+        verb: "other".into(),
+        path: path.clone(),
+        query: query.clone(),
+        group: String::new(),
+        resource: String::new(),
+        subresource: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        code: 0,
+        changed: false,
+    };
+    let resp = dispatch_inner(&st, req, &mut rec).await;
+    rec.code = resp.status().as_u16();
+    st.log.push(rec);
+    resp
+}
+
+fn authorized(st: &State, headers: &HeaderMap) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t.trim() == st.token)
+}
+
+async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRecord) -> Response {
+    let path = req.uri().path().to_string();
+    if !authorized(st, req.headers()) && !matches!(path.as_str(), "/healthz" | "/livez" | "/readyz")
+    {
+        return ApiError::unauthorized().into_response();
+    }
+    let q = crate::util::parse_query(req.uri().query());
+    let (t, legacy_watch) = match route(st, &path) {
+        Route::Json(v) => {
+            rec.verb = "discovery".into();
+            if req.method() != Method::GET {
+                return ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource"
+                ))
+                .into_response();
+            }
+            return json_response(StatusCode::OK, &v);
+        }
+        Route::NotFound => return ApiError::not_found_path().into_response(),
+        Route::Resource(t, w) => (t, w),
+    };
+    let watch = legacy_watch || crate::util::query_bool(&q, "watch");
+    let verb = verb_of(req.method(), &t, watch);
+    rec.verb = verb.into();
+    rec.group = t.def.group.clone();
+    rec.resource = t.def.plural.clone();
+    rec.subresource = t.sub.clone().unwrap_or_default();
+    rec.namespace = t.namespace.clone().unwrap_or_default();
+    rec.name = t.name.clone().unwrap_or_default();
+    if let Some(code) = st.faults.check(verb, &t.def.plural) {
+        return fault_error(code).into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(
+        body,
+        8 * 1024 * 1024,
+    ))
+    .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return ApiError::new(413, "RequestEntityTooLarge", "request body too large")
+                .into_response()
+        }
+    };
+    let mut ctx = crate::handlers::Ctx {
+        st: st.clone(),
+        t,
+        q,
+        headers: parts.headers,
+        body,
+        changed: false,
+        warnings: vec![],
+    };
+    let result = crate::handlers::handle(&mut ctx, verb).await;
+    rec.changed = ctx.changed;
+    let mut resp = match result {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    for w in &ctx.warnings {
+        let text = format!("299 - \"{}\"", w.replace('"', "'"));
+        if let Ok(v) = header::HeaderValue::from_str(&text) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+pub(crate) fn ok_json(code: StatusCode, v: &Value) -> Response {
+    json_response(code, v)
+}
+
+pub(crate) type Query = HashMap<String, String>;
+
+/// Marks a Deployment as rolled out: `Available=True`, `Progressing=True`, replica counts equal
+/// to `spec.replicas` and `observedGeneration = generation` (no pods run in the embedded server).
+pub async fn mark_deployment_available(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<(), kube::Error> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = api.get(name).await?;
+    let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let gen = d.metadata.generation.unwrap_or(1);
+    let now = crate::util::now_rfc3339();
+    let cond = |t: &str, reason: &str, msg: &str| {
+        json!({"type": t, "status": "True", "reason": reason, "message": msg,
+               "lastUpdateTime": now, "lastTransitionTime": now})
+    };
+    let status = json!({"status": {
+        "observedGeneration": gen, "replicas": replicas, "readyReplicas": replicas,
+        "availableReplicas": replicas, "updatedReplicas": replicas,
+        "conditions": [
+            cond("Available", "MinimumReplicasAvailable", "Deployment has minimum availability."),
+            cond("Progressing", "NewReplicaSetAvailable", &format!("ReplicaSet \"{name}\" has successfully progressed.")),
+        ]
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+/// Spawns a loop that keeps every Deployment marked available (see
+/// [`mark_deployment_available`]). Abort the returned handle to stop it.
+pub fn spawn_deployment_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        use futures::StreamExt;
+        use k8s_openapi::api::apps::v1::Deployment;
+        use kube::runtime::watcher;
+        let api: kube::Api<Deployment> = kube::Api::all(client.clone());
+        let mut s = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+        while let Some(ev) = s.next().await {
+            let objs = match ev {
+                Ok(watcher::Event::Apply(d)) | Ok(watcher::Event::InitApply(d)) => vec![d],
+                _ => continue,
+            };
+            for d in objs {
+                let observed = d.status.as_ref().and_then(|s| s.observed_generation);
+                let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let ready = d.status.as_ref().and_then(|s| s.ready_replicas);
+                if observed == d.metadata.generation && ready == Some(want) {
+                    continue;
+                }
+                let (Some(ns), Some(name)) = (d.metadata.namespace.as_deref(), d.metadata.name.as_deref()) else {
+                    continue;
+                };
+                let _ = mark_deployment_available(&client, ns, name).await;
+            }
+        }
+    })
+}

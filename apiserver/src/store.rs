@@ -1,0 +1,266 @@
+//! In-memory object storage with a global resourceVersion, a bounded event history and
+//! watch fan-out (watchers read the shared history; a `tokio::sync::watch` channel wakes them).
+
+use crate::util::meta_mut;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// (group, plural)
+pub type Gr = (String, String);
+/// (namespace or "", name)
+pub type ObjKey = (String, String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub typ: EventType,
+    pub gr: Gr,
+    pub ns: String,
+    pub object: Arc<Value>,
+}
+
+struct Inner {
+    rv: u64,
+    data: HashMap<Gr, BTreeMap<ObjKey, Arc<Value>>>,
+    history: VecDeque<Arc<Event>>,
+    cap: usize,
+}
+
+pub struct Store {
+    inner: Mutex<Inner>,
+    notify: tokio::sync::watch::Sender<u64>,
+}
+
+/// Outcome of a compare-and-swap write.
+pub enum Cas {
+    Ok(Arc<Value>),
+    /// The stored resourceVersion is not the expected one (or the object is gone).
+    Stale,
+}
+
+impl Store {
+    pub fn new(history: usize) -> Self {
+        let (tx, _) = tokio::sync::watch::channel(1);
+        Store {
+            inner: Mutex::new(Inner {
+                rv: 1,
+                data: HashMap::new(),
+                history: VecDeque::new(),
+                cap: history.max(1),
+            }),
+            notify: tx,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.notify.subscribe()
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    pub fn get(&self, gr: &Gr, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.lock()
+            .data
+            .get(gr)?
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Snapshot of all objects of a resource (optionally one namespace), sorted by (ns, name),
+    /// together with the current resourceVersion.
+    pub fn list(&self, gr: &Gr, ns: Option<&str>) -> (Vec<Arc<Value>>, u64) {
+        let g = self.lock();
+        let items = match g.data.get(gr) {
+            None => vec![],
+            Some(m) => match ns {
+                None => m.values().cloned().collect(),
+                Some(ns) => m
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|((n, _), _)| n == ns)
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+            },
+        };
+        (items, g.rv)
+    }
+
+    /// Number of objects in a namespace across all resources.
+    pub fn count_in_namespace(&self, ns: &str) -> usize {
+        let g = self.lock();
+        g.data
+            .values()
+            .map(|m| {
+                m.range((ns.to_string(), String::new())..)
+                    .take_while(|((n, _), _)| n == ns)
+                    .count()
+            })
+            .sum()
+    }
+
+    /// All resource keys that have objects in a namespace.
+    pub fn resources_in_namespace(&self, ns: &str) -> Vec<Gr> {
+        let g = self.lock();
+        g.data
+            .iter()
+            .filter(|(_, m)| {
+                m.range((ns.to_string(), String::new())..)
+                    .next()
+                    .is_some_and(|((n, _), _)| n == ns)
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    fn push(g: &mut Inner, ev: Event) -> Arc<Event> {
+        let ev = Arc::new(ev);
+        g.history.push_back(ev.clone());
+        while g.history.len() > g.cap {
+            g.history.pop_front();
+        }
+        ev
+    }
+
+    fn stamp(obj: &mut Value, rv: u64) {
+        if let Some(m) = meta_mut(obj) {
+            m.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+    }
+
+    /// Inserts a new object; `Err(())` if it exists.
+    pub fn create(&self, gr: &Gr, ns: &str, name: &str, mut obj: Value) -> Result<Arc<Value>, ()> {
+        let rv;
+        let out;
+        {
+            let mut g = self.lock();
+            let key = (ns.to_string(), name.to_string());
+            if g.data.get(gr).is_some_and(|m| m.contains_key(&key)) {
+                return Err(());
+            }
+            g.rv += 1;
+            rv = g.rv;
+            Self::stamp(&mut obj, rv);
+            out = Arc::new(obj);
+            g.data.entry(gr.clone()).or_default().insert(key, out.clone());
+            Self::push(
+                &mut g,
+                Event {
+                    rv,
+                    typ: EventType::Added,
+                    gr: gr.clone(),
+                    ns: ns.to_string(),
+                    object: out.clone(),
+                },
+            );
+        }
+        self.notify.send_replace(rv);
+        Ok(out)
+    }
+
+    /// Replaces an object if its stored resourceVersion equals `expected_rv`.
+    pub fn replace(&self, gr: &Gr, ns: &str, name: &str, expected_rv: u64, mut obj: Value) -> Cas {
+        let rv;
+        let out;
+        {
+            let mut g = self.lock();
+            let key = (ns.to_string(), name.to_string());
+            let cur = g.data.get(gr).and_then(|m| m.get(&key));
+            match cur {
+                Some(c) if crate::util::rv_of(c) == expected_rv => {}
+                _ => return Cas::Stale,
+            }
+            g.rv += 1;
+            rv = g.rv;
+            Self::stamp(&mut obj, rv);
+            out = Arc::new(obj);
+            g.data.entry(gr.clone()).or_default().insert(key, out.clone());
+            Self::push(
+                &mut g,
+                Event {
+                    rv,
+                    typ: EventType::Modified,
+                    gr: gr.clone(),
+                    ns: ns.to_string(),
+                    object: out.clone(),
+                },
+            );
+        }
+        self.notify.send_replace(rv);
+        Cas::Ok(out)
+    }
+
+    /// Removes an object if its resourceVersion equals `expected_rv` (0 = any).
+    pub fn remove(&self, gr: &Gr, ns: &str, name: &str, expected_rv: u64) -> Cas {
+        let rv;
+        let out;
+        {
+            let mut g = self.lock();
+            let key = (ns.to_string(), name.to_string());
+            let Some(m) = g.data.get_mut(gr) else {
+                return Cas::Stale;
+            };
+            match m.get(&key) {
+                Some(c) if expected_rv == 0 || crate::util::rv_of(c) == expected_rv => {}
+                _ => return Cas::Stale,
+            }
+            let Some(old) = m.remove(&key) else {
+                return Cas::Stale;
+            };
+            g.rv += 1;
+            rv = g.rv;
+            let mut obj = (*old).clone();
+            Self::stamp(&mut obj, rv);
+            out = Arc::new(obj);
+            Self::push(
+                &mut g,
+                Event {
+                    rv,
+                    typ: EventType::Deleted,
+                    gr: gr.clone(),
+                    ns: ns.to_string(),
+                    object: out.clone(),
+                },
+            );
+        }
+        self.notify.send_replace(rv);
+        Cas::Ok(out)
+    }
+
+    /// Events with rv > `since`. `Err(oldest_available)` if the history no longer covers `since`.
+    pub fn events_since(&self, since: u64, max: usize) -> Result<Vec<Arc<Event>>, u64> {
+        let g = self.lock();
+        let oldest = g.history.front().map(|e| e.rv).unwrap_or(g.rv + 1);
+        // Everything after `since` must still be present: since+1 >= oldest, or nothing happened.
+        if since < g.rv && since + 1 < oldest {
+            return Err(oldest);
+        }
+        let start = g.history.partition_point(|e| e.rv <= since);
+        Ok(g.history.range(start..).take(max).cloned().collect())
+    }
+}

@@ -1,0 +1,60 @@
+//! Chain checks: CA -> leaf signature verification, key/certificate matching.
+
+use x509_parser::error::X509Error;
+
+use crate::keys;
+use crate::parse::{first_cert_der, is_ca, parse_der};
+use crate::CertError;
+
+/// Checks that the first certificate of `leaf_pem` was issued by the first certificate of
+/// `ca_pem`: the CA must have basicConstraints CA:true ([`CertError::NotACa`]), the leaf must not
+/// ([`CertError::LeafIsCa`]), the leaf signature must verify with the CA public key (ECDSA
+/// P-256/P-384, RSA PKCS#1 v1.5 / PSS, Ed25519; [`CertError::BadSignature`]) and the leaf issuer
+/// must equal the CA subject ([`CertError::IssuerMismatch`]). Validity dates are not checked.
+pub fn verify_signed_by(leaf_pem: &[u8], ca_pem: &[u8]) -> Result<(), CertError> {
+    let leaf_der = first_cert_der(leaf_pem)?;
+    let ca_der = first_cert_der(ca_pem)?;
+    let leaf = parse_der(&leaf_der)?;
+    let ca = parse_der(&ca_der)?;
+    if !is_ca(&ca)? {
+        return Err(CertError::NotACa);
+    }
+    if is_ca(&leaf)? {
+        return Err(CertError::LeafIsCa);
+    }
+    leaf.verify_signature(Some(ca.public_key()))
+        .map_err(|e| match e {
+            X509Error::SignatureVerificationError => CertError::BadSignature,
+            X509Error::SignatureUnsupportedAlgorithm => CertError::UnsupportedSignatureAlgorithm(
+                leaf.signature_algorithm.algorithm.to_id_string(),
+            ),
+            other => CertError::parse("certificate signature", other),
+        })?;
+    if leaf.issuer().as_raw() != ca.subject().as_raw() {
+        return Err(CertError::IssuerMismatch {
+            issuer: leaf.issuer().to_string(),
+            ca_subject: ca.subject().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `key_pem` parses as a private key: PKCS#8 `PRIVATE KEY`, PKCS#1
+/// `RSA PRIVATE KEY` or SEC1 `EC PRIVATE KEY` (the first such block; other blocks are skipped).
+/// Keys are structurally and mathematically validated, but not compared with any certificate
+/// (see [`check_key_matches_cert`]). Encrypted keys are rejected.
+pub fn check_key_pem(key_pem: &[u8]) -> Result<(), CertError> {
+    keys::check_key(key_pem)
+}
+
+/// Checks that `key_pem` is a usable signing key whose public key is the one in the first
+/// certificate of `cert_pem` ([`CertError::KeyMismatch`] otherwise).
+pub fn check_key_matches_cert(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), CertError> {
+    let der = first_cert_der(cert_pem)?;
+    let cert = parse_der(&der)?;
+    let key = keys::load_signing_key(key_pem)?;
+    if key.public_key_raw() != cert.public_key().subject_public_key.data.as_ref() {
+        return Err(CertError::KeyMismatch);
+    }
+    Ok(())
+}

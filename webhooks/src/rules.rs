@@ -1,0 +1,371 @@
+//! The admission rules (product.md §3 "Admission"), as pure functions.
+//!
+//! Nothing here talks to the network: the handler gathers what a rule needs (the request and, for one
+//! rule, counts of ServiceInstances/ServiceBindings) and translates the [`Verdict`] into an
+//! `AdmissionReview` response. Messages name keys, names and namespaces, never a secret value.
+
+use base64::Engine as _;
+use btp_api::names;
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::DynamicObject;
+use serde_json::{Map, Value};
+
+/// Where the rules look for the objects they guard. Mirrors the manager's `--chart-namespace` and
+/// `--secret-name`; the BtpOperator name and namespace are constants (reference §4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RulesConfig {
+    /// Namespace of the required credentials Secret.
+    pub secret_namespace: String,
+    /// Name of the required credentials Secret.
+    pub secret_name: String,
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        Self { secret_namespace: names::KYMA_SYSTEM.into(), secret_name: names::REQUIRED_SECRET_NAME.into() }
+    }
+}
+
+/// What a webhook answers.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Verdict {
+    /// `None` = allowed; `Some` = denied with this HTTP-style code and message.
+    pub denial: Option<Denial>,
+    /// Warnings returned to the client (shown by kubectl), allowed or not.
+    pub warnings: Vec<String>,
+    /// JSON patch operations (mutating webhook only); empty = no patch.
+    pub patch: Vec<PatchOperation>,
+}
+
+/// Why a request is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// HTTP status code put in the response `status.code`.
+    pub code: u16,
+    /// The message the user sees after `admission webhook "…" denied the request:`.
+    pub message: String,
+}
+
+impl Verdict {
+    /// Allow without warnings or patch.
+    pub fn allow() -> Self {
+        Self::default()
+    }
+
+    /// Deny with a code and a message.
+    pub fn deny(code: u16, message: impl Into<String>) -> Self {
+        Self { denial: Some(Denial { code, message: message.into() }), ..Self::default() }
+    }
+
+    /// Whether the request is allowed.
+    pub fn allowed(&self) -> bool {
+        self.denial.is_none()
+    }
+
+    fn with_warning(mut self, warning: Option<String>) -> Self {
+        self.warnings.extend(warning);
+        self
+    }
+}
+
+/// What kind of object a request is about, as far as the rules care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    /// A `BtpOperator` (any name).
+    BtpOperator,
+    /// The required credentials Secret.
+    RequiredSecret,
+    /// Anything else: allowed untouched.
+    Other,
+}
+
+/// Classify a request.
+pub fn subject(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> Subject {
+    if req.kind.group == names::GROUP && req.kind.kind == names::KIND {
+        Subject::BtpOperator
+    } else if req.kind.group.is_empty()
+        && req.kind.kind == "Secret"
+        && req.namespace.as_deref() == Some(config.secret_namespace.as_str())
+        && req.name == config.secret_name
+    {
+        Subject::RequiredSecret
+    } else {
+        Subject::Other
+    }
+}
+
+/// ServiceInstances and ServiceBindings present in the cluster, or why they could not be counted.
+pub type ServiceCountResult = Result<ServiceCounts, String>;
+
+/// Counts of the operand's custom resources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ServiceCounts {
+    /// ServiceInstances in all namespaces.
+    pub instances: usize,
+    /// ServiceBindings in all namespaces.
+    pub bindings: usize,
+}
+
+fn is_valid_btp_operator(namespace: Option<&str>, name: &str) -> bool {
+    namespace == Some(names::KYMA_SYSTEM) && name == names::BTP_OPERATOR_NAME
+}
+
+/// Whether [`validate`] needs ServiceInstance/ServiceBinding counts for this request: a DELETE of the
+/// valid CR that is not labelled `force-delete: "true"`. The handler fetches counts only then.
+pub fn needs_service_counts(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> bool {
+    subject(req, config) == Subject::BtpOperator
+        && req.operation == Operation::Delete
+        && is_valid_btp_operator(req.namespace.as_deref(), &req.name)
+        && !force_delete(req.old_object.as_ref())
+}
+
+fn force_delete(obj: Option<&DynamicObject>) -> bool {
+    obj.and_then(|o| o.metadata.labels.as_ref())
+        .and_then(|l| l.get(names::FORCE_DELETE_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
+/// The validating webhook. `counts` is consulted only when [`needs_service_counts`] is true.
+pub fn validate(
+    req: &AdmissionRequest<DynamicObject>,
+    config: &RulesConfig,
+    counts: Option<&ServiceCountResult>,
+) -> Verdict {
+    match subject(req, config) {
+        Subject::BtpOperator => validate_btp_operator(req, config, counts),
+        Subject::RequiredSecret => validate_secret(req, config),
+        Subject::Other => Verdict::allow(),
+    }
+}
+
+fn validate_btp_operator(
+    req: &AdmissionRequest<DynamicObject>,
+    config: &RulesConfig,
+    counts: Option<&ServiceCountResult>,
+) -> Verdict {
+    match req.operation {
+        Operation::Create => {
+            let namespace = req.namespace.as_deref().unwrap_or("");
+            if is_valid_btp_operator(req.namespace.as_deref(), &req.name) {
+                return Verdict::allow();
+            }
+            let given_name = if req.name.is_empty() {
+                let generate = req.object.as_ref().and_then(|o| o.metadata.generate_name.as_deref()).unwrap_or("");
+                format!("a generated name ({generate}…)")
+            } else {
+                format!("{:?}", req.name)
+            };
+            Verdict::deny(
+                403,
+                format!(
+                    "BtpOperator must be named {:?} in namespace {:?}, but this one is named {given_name} in \
+                     namespace {namespace:?}. Only {}/{} is reconciled; create it with that name and namespace.",
+                    names::BTP_OPERATOR_NAME,
+                    names::KYMA_SYSTEM,
+                    names::KYMA_SYSTEM,
+                    names::BTP_OPERATOR_NAME,
+                ),
+            )
+        }
+        Operation::Delete if needs_service_counts(req, config) => {
+            let warning = match counts {
+                Some(Ok(c)) if c.instances + c.bindings > 0 => Some(format!(
+                    "deletion of {}/{} stays blocked until {} ServiceInstance(s) and {} ServiceBinding(s) are \
+                     removed; label the BtpOperator with {}=true to have them deleted",
+                    names::KYMA_SYSTEM,
+                    names::BTP_OPERATOR_NAME,
+                    c.instances,
+                    c.bindings,
+                    names::FORCE_DELETE_LABEL,
+                )),
+                Some(Ok(_)) => None,
+                Some(Err(why)) => Some(format!(
+                    "could not count ServiceInstances and ServiceBindings ({why}); deletion stays blocked while \
+                     any exist unless the BtpOperator is labelled {}=true",
+                    names::FORCE_DELETE_LABEL,
+                )),
+                None => None,
+            };
+            Verdict::allow().with_warning(warning)
+        }
+        _ => Verdict::allow(),
+    }
+}
+
+/// A value of the required Secret, read from `stringData` (wins, as in the API server) or `data`.
+enum SecretValue {
+    Missing,
+    Present(Vec<u8>),
+    NotBase64,
+}
+
+fn secret_value(obj: &DynamicObject, key: &str) -> SecretValue {
+    if let Some(v) = obj.data.get("stringData").and_then(|d| d.get(key)) {
+        return match v.as_str() {
+            Some(s) => SecretValue::Present(s.as_bytes().to_vec()),
+            None => SecretValue::NotBase64,
+        };
+    }
+    match obj.data.get("data").and_then(|d| d.get(key)) {
+        None | Some(Value::Null) => SecretValue::Missing,
+        Some(Value::String(s)) => match base64::engine::general_purpose::STANDARD.decode(s) {
+            Ok(bytes) => SecretValue::Present(bytes),
+            Err(_) => SecretValue::NotBase64,
+        },
+        Some(_) => SecretValue::NotBase64,
+    }
+}
+
+fn is_blank(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| b.is_ascii_whitespace()) || std::str::from_utf8(bytes).is_ok_and(|s| s.trim().is_empty())
+}
+
+/// Whether `value` is an absolute `https` URL with a host.
+fn is_https_url(value: &[u8]) -> bool {
+    let Ok(s) = std::str::from_utf8(value) else { return false };
+    match s.trim().parse::<http::Uri>() {
+        Ok(uri) => uri.scheme_str() == Some("https") && uri.host().is_some_and(|h| !h.is_empty()),
+        Err(_) => false,
+    }
+}
+
+fn is_labelled_for_manager(obj: &DynamicObject) -> bool {
+    obj.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::MANAGED_BY_LABEL))
+        .is_some_and(|v| names::MANAGED_BY_VISIBLE.contains(&v.as_str()))
+}
+
+fn validate_secret(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> Verdict {
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return Verdict::allow();
+    }
+    let Some(obj) = req.object.as_ref() else {
+        return Verdict::deny(400, "the admission request carries no Secret object");
+    };
+    let secret = format!("Secret {}/{}", config.secret_namespace, config.secret_name);
+    let label_warning = (!is_labelled_for_manager(obj)).then(|| {
+        format!(
+            "{secret} has no label {}={}: BTP Manager ignores it until it is labelled",
+            names::MANAGED_BY_LABEL,
+            names::MANAGED_BY_KEB
+        )
+    });
+
+    let (mut missing, mut empty, mut not_base64, mut not_https) = (vec![], vec![], vec![], vec![]);
+    for key in names::REQUIRED_SECRET_KEYS {
+        match secret_value(obj, key) {
+            SecretValue::Missing => missing.push(key),
+            SecretValue::NotBase64 => not_base64.push(key),
+            SecretValue::Present(v) if is_blank(&v) => empty.push(key),
+            SecretValue::Present(v) => {
+                if names::URL_SECRET_KEYS.contains(&key) && !is_https_url(&v) {
+                    not_https.push(key);
+                }
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    if !missing.is_empty() {
+        problems.push(format!("missing key(s): {}", missing.join(", ")));
+    }
+    if !empty.is_empty() {
+        problems.push(format!("empty value(s) for key(s): {}", empty.join(", ")));
+    }
+    if !not_base64.is_empty() {
+        problems.push(format!("value(s) that are not valid base64 strings for key(s): {}", not_base64.join(", ")));
+    }
+    if !not_https.is_empty() {
+        problems.push(format!(
+            "key(s) {} must hold an https URL (for example https://service-manager.example.com)",
+            not_https.join(", ")
+        ));
+    }
+    if problems.is_empty() {
+        return Verdict::allow().with_warning(label_warning);
+    }
+    Verdict::deny(
+        422,
+        format!(
+            "{secret} is invalid: {}. It needs the keys {}, each with a non-empty value.",
+            problems.join("; "),
+            names::REQUIRED_SECRET_KEYS.join(", ")
+        ),
+    )
+    .with_warning(label_warning)
+}
+
+/// The mutating webhook. Idempotent: applied to its own output it returns no patch.
+pub fn mutate(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> Verdict {
+    let patch = match (subject(req, config), &req.operation, req.object.as_ref()) {
+        (Subject::BtpOperator, Operation::Create, Some(obj))
+            if is_valid_btp_operator(req.namespace.as_deref(), &req.name) =>
+        {
+            add_finalizer(obj)
+        }
+        (Subject::RequiredSecret, Operation::Create | Operation::Update, Some(obj)) => trim_secret_values(obj),
+        _ => vec![],
+    };
+    Verdict { patch, ..Verdict::allow() }
+}
+
+fn add_finalizer(obj: &DynamicObject) -> Vec<PatchOperation> {
+    match obj.metadata.finalizers.as_ref() {
+        Some(f) if f.iter().any(|f| f == names::FINALIZER) => vec![],
+        Some(_) => vec![PatchOperation::Add(AddOperation {
+            path: pointer(&["metadata", "finalizers", "-"]),
+            value: Value::String(names::FINALIZER.into()),
+        })],
+        None => vec![PatchOperation::Add(AddOperation {
+            path: pointer(&["metadata", "finalizers"]),
+            value: Value::Array(vec![Value::String(names::FINALIZER.into())]),
+        })],
+    }
+}
+
+fn trim_bytes(bytes: &[u8]) -> &[u8] {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.trim().as_bytes(),
+        Err(_) => bytes.trim_ascii(),
+    }
+}
+
+fn trim_secret_values(obj: &DynamicObject) -> Vec<PatchOperation> {
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let mut ops = Vec::new();
+    let empty = Map::new();
+    let data = obj.data.get("data").and_then(Value::as_object).unwrap_or(&empty);
+    let string_data = obj.data.get("stringData").and_then(Value::as_object).unwrap_or(&empty);
+    for key in names::REQUIRED_SECRET_KEYS {
+        if let Some(encoded) = data.get(key).and_then(Value::as_str) {
+            if let Ok(raw) = b64.decode(encoded) {
+                let trimmed = trim_bytes(&raw);
+                if trimmed.len() != raw.len() {
+                    ops.push(PatchOperation::Replace(ReplaceOperation {
+                        path: pointer(&["data", key]),
+                        value: Value::String(b64.encode(trimmed)),
+                    }));
+                }
+            }
+        }
+        if let Some(plain) = string_data.get(key).and_then(Value::as_str) {
+            let trimmed = plain.trim();
+            if trimmed.len() != plain.len() {
+                ops.push(PatchOperation::Replace(ReplaceOperation {
+                    path: pointer(&["stringData", key]),
+                    value: Value::String(trimmed.into()),
+                }));
+            }
+        }
+    }
+    ops
+}
+
+fn pointer(segments: &[&str]) -> json_patch::jsonptr::PointerBuf {
+    json_patch::jsonptr::PointerBuf::from_tokens(segments.iter().copied())
+}
+
+#[cfg(test)]
+mod tests;

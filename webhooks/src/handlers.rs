@@ -54,7 +54,10 @@ impl ServiceCounter for KubeServiceCounter {
                 self.count_kind(names::SERVICE_INSTANCES, "ServiceInstance"),
                 self.count_kind(names::SERVICE_BINDINGS, "ServiceBinding"),
             )?;
-            Ok(ServiceCounts { instances, bindings })
+            Ok(ServiceCounts {
+                instances,
+                bindings,
+            })
         })
     }
 }
@@ -82,7 +85,12 @@ pub struct WebhookState {
 impl WebhookState {
     /// State with the given rules configuration and counter, without metrics.
     pub fn new(config: RulesConfig, counter: Arc<dyn ServiceCounter>) -> Self {
-        Self { config: Arc::new(config), counter, metrics: None, count_timeout: Duration::from_secs(3) }
+        Self {
+            config: Arc::new(config),
+            counter,
+            metrics: None,
+            count_timeout: Duration::from_secs(3),
+        }
     }
 
     /// Record request durations into `metrics`.
@@ -122,32 +130,47 @@ pub fn router(state: WebhookState) -> Router {
     Router::new()
         .route(
             names::webhook::VALIDATE_PATH,
-            any(|State(s): State<WebhookState>, method: Method, headers: HeaderMap, body: Body| {
-                handle(s, Webhook::Validate, method, headers, body)
-            }),
+            any(
+                |State(s): State<WebhookState>, method: Method, headers: HeaderMap, body: Body| {
+                    handle(s, Webhook::Validate, method, headers, body)
+                },
+            ),
         )
         .route(
             names::webhook::MUTATE_PATH,
-            any(|State(s): State<WebhookState>, method: Method, headers: HeaderMap, body: Body| {
-                handle(s, Webhook::Mutate, method, headers, body)
-            }),
+            any(
+                |State(s): State<WebhookState>, method: Method, headers: HeaderMap, body: Body| {
+                    handle(s, Webhook::Mutate, method, headers, body)
+                },
+            ),
         )
         .route("/healthz", get(|| async { "ok" }))
         .fallback(|| async {
-            json_error(StatusCode::NOT_FOUND, "no such endpoint: use /validate or /mutate")
+            json_error(
+                StatusCode::NOT_FOUND,
+                "no such endpoint: use /validate or /mutate",
+            )
         })
         .with_state(state)
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
     let body = serde_json::json!({ "error": message, "code": status.as_u16() });
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn json_response(status: StatusCode, review: &impl serde::Serialize) -> Response {
     match serde_json::to_vec(review) {
         Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("encoding the response: {e}")),
+        Err(e) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("encoding the response: {e}"),
+        ),
     }
 }
 
@@ -155,34 +178,51 @@ async fn read_body(method: &Method, headers: &HeaderMap, body: Body) -> Result<B
     if method != Method::POST {
         return Err(ReviewError::MethodNotAllowed(method.to_string()));
     }
-    let content_type = headers.get(header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let is_json = content_type
         .as_deref()
         .and_then(|ct| ct.split(';').next())
         .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
     if !is_json {
-        return Err(ReviewError::UnsupportedMediaType(content_type.unwrap_or_else(|| "(none)".into())));
+        return Err(ReviewError::UnsupportedMediaType(
+            content_type.unwrap_or_else(|| "(none)".into()),
+        ));
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
-        return Err(ReviewError::TooLarge { limit: MAX_BODY_BYTES });
+        return Err(ReviewError::TooLarge {
+            limit: MAX_BODY_BYTES,
+        });
     }
-    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|e| {
-        // to_bytes reports an exceeded limit as an error whose source chain holds LengthLimitError.
-        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-            || e.to_string().contains("length limit")
-        {
-            ReviewError::TooLarge { limit: MAX_BODY_BYTES }
-        } else {
-            ReviewError::Body(e.to_string())
-        }
-    })
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            // to_bytes reports an exceeded limit as an error whose source chain holds LengthLimitError.
+            if std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                || e.to_string().contains("length limit")
+            {
+                ReviewError::TooLarge {
+                    limit: MAX_BODY_BYTES,
+                }
+            } else {
+                ReviewError::Body(e.to_string())
+            }
+        })
 }
 
-async fn handle(state: WebhookState, webhook: Webhook, method: Method, headers: HeaderMap, body: Body) -> Response {
+async fn handle(
+    state: WebhookState,
+    webhook: Webhook,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let started = Instant::now();
     let (response, verdict) = match read_body(&method, &headers, body).await {
         Err(error) => reject(webhook, Rejected { error, uid: None }),
@@ -204,9 +244,16 @@ async fn handle(state: WebhookState, webhook: Webhook, method: Method, headers: 
                     let label = MetricVerdict::of(&verdict);
                     match &verdict.denial {
                         Some(d) => tracing::info!(code = d.code, message = %d.message, "denied"),
-                        None => tracing::debug!(patched = !verdict.patch.is_empty(), warnings = verdict.warnings.len(), "allowed"),
+                        None => tracing::debug!(
+                            patched = !verdict.patch.is_empty(),
+                            warnings = verdict.warnings.len(),
+                            "allowed"
+                        ),
                     }
-                    (json_response(StatusCode::OK, &review::respond(&req, verdict)), label)
+                    (
+                        json_response(StatusCode::OK, &review::respond(&req, verdict)),
+                        label,
+                    )
                 }
                 .instrument(span)
                 .await
@@ -221,18 +268,30 @@ async fn handle(state: WebhookState, webhook: Webhook, method: Method, headers: 
 
 fn reject(webhook: Webhook, rejected: Rejected) -> (Response, MetricVerdict) {
     tracing::info!(webhook = webhook.as_str(), uid = rejected.uid.as_deref().unwrap_or(""), error = %rejected.error, "bad admission request");
-    (json_response(rejected.error.status(), &review::respond_rejected(&rejected)), MetricVerdict::bad_request)
+    (
+        json_response(
+            rejected.error.status(),
+            &review::respond_rejected(&rejected),
+        ),
+        MetricVerdict::bad_request,
+    )
 }
 
-async fn decide(state: &WebhookState, webhook: Webhook, req: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>) -> Verdict {
+async fn decide(
+    state: &WebhookState,
+    webhook: Webhook,
+    req: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
+) -> Verdict {
     match webhook {
         Webhook::Mutate => rules::mutate(req, &state.config),
         Webhook::Validate => {
             let counts = if rules::needs_service_counts(req, &state.config) {
-                Some(match tokio::time::timeout(state.count_timeout, state.counter.count()).await {
-                    Ok(result) => result,
-                    Err(_) => Err(format!("timed out after {:?}", state.count_timeout)),
-                })
+                Some(
+                    match tokio::time::timeout(state.count_timeout, state.counter.count()).await {
+                        Ok(result) => result,
+                        Err(_) => Err(format!("timed out after {:?}", state.count_timeout)),
+                    },
+                )
             } else {
                 None
             };

@@ -7,6 +7,7 @@
 //!   be swapped while serving.
 //! - [`manifests`]: the manager's own Validating/MutatingWebhookConfiguration objects.
 
+pub mod client;
 pub mod handlers;
 pub mod manifests;
 pub mod metrics;

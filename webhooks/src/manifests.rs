@@ -1,0 +1,307 @@
+//! The manager's own `ValidatingWebhookConfiguration` and `MutatingWebhookConfiguration`.
+//!
+//! One definition serves both places they are used: `deploy/webhooks.yaml` is generated from it (a test
+//! fails when the checked-in file drifts), and the manager applies it at start with the current CA in
+//! `caBundle`, pointing either at its Service (in a cluster) or at a URL (outside one).
+//!
+//! Choices (product.md §3):
+//! - narrow rules: BtpOperators on CREATE (and DELETE for the validating warning), Secrets on CREATE and
+//!   UPDATE only in the manager's namespace (`namespaceSelector`) and only the required Secret
+//!   (`matchConditions` on the name, so unrelated Secrets never leave the API server);
+//! - `failurePolicy: Fail` for BtpOperator (a misnamed CR must never slip through), `Ignore` for the
+//!   Secret: if the manager is down, credentials can still be rotated; the reconciler re-validates them
+//!   anyway, so the cost of `Ignore` is a later error in the CR status instead of an immediate denial;
+//! - `sideEffects: None`, `admissionReviewVersions: [v1]`, `timeoutSeconds: 5`;
+//! - mutating `reinvocationPolicy: IfNeeded` (the mutations are idempotent).
+
+use btp_api::names::{self, webhook};
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::ByteString;
+use serde::ser::Error as _;
+use std::collections::BTreeMap;
+
+/// Where the API server reaches the webhook server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// In a cluster: the webhook Service in `namespace`, port 443.
+    Service {
+        /// Namespace of the Service (the manager's namespace).
+        namespace: String,
+    },
+    /// Outside a cluster: a base URL such as `https://127.0.0.1:9443`.
+    Url(String),
+}
+
+/// What goes into the configurations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookManifests {
+    /// Where to send requests.
+    pub endpoint: Endpoint,
+    /// Namespace of the required Secret (the chart namespace).
+    pub secret_namespace: String,
+    /// Name of the required Secret.
+    pub secret_name: String,
+    /// PEM of the CA(s) the API server trusts for the webhook; empty in `deploy/` (the manager fills it).
+    pub ca_bundle: Vec<u8>,
+}
+
+impl WebhookManifests {
+    /// Defaults for a cluster: Service in `kyma-system`, Secret `kyma-system/sap-btp-manager`.
+    pub fn in_cluster(namespace: &str) -> Self {
+        Self {
+            endpoint: Endpoint::Service {
+                namespace: namespace.into(),
+            },
+            secret_namespace: names::KYMA_SYSTEM.into(),
+            secret_name: names::REQUIRED_SECRET_NAME.into(),
+            ca_bundle: Vec::new(),
+        }
+    }
+
+    fn client_config(&self, path: &str) -> WebhookClientConfig {
+        let ca_bundle = (!self.ca_bundle.is_empty()).then(|| ByteString(self.ca_bundle.clone()));
+        match &self.endpoint {
+            Endpoint::Service { namespace } => WebhookClientConfig {
+                ca_bundle,
+                service: Some(ServiceReference {
+                    name: webhook::SERVICE_NAME.into(),
+                    namespace: namespace.clone(),
+                    path: Some(path.into()),
+                    port: Some(443),
+                }),
+                url: None,
+            },
+            Endpoint::Url(base) => WebhookClientConfig {
+                ca_bundle,
+                service: None,
+                url: Some(format!("{}{path}", base.trim_end_matches('/'))),
+            },
+        }
+    }
+
+    fn labels() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (
+                names::MANAGED_BY_LABEL.into(),
+                names::MANAGED_BY_BTP_MANAGER.into(),
+            ),
+            (names::MODULE_LABEL.into(), names::MODULE_NAME.into()),
+        ])
+    }
+
+    fn btp_operator_rule(operations: &[&str]) -> RuleWithOperations {
+        RuleWithOperations {
+            api_groups: Some(vec![names::GROUP.into()]),
+            api_versions: Some(vec![names::VERSION.into()]),
+            operations: Some(operations.iter().map(|s| s.to_string()).collect()),
+            resources: Some(vec![names::PLURAL.into()]),
+            scope: Some("Namespaced".into()),
+        }
+    }
+
+    fn secret_rule() -> RuleWithOperations {
+        RuleWithOperations {
+            api_groups: Some(vec![String::new()]),
+            api_versions: Some(vec!["v1".into()]),
+            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+            resources: Some(vec!["secrets".into()]),
+            scope: Some("Namespaced".into()),
+        }
+    }
+
+    fn secret_namespace_selector(&self) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "kubernetes.io/metadata.name".into(),
+                self.secret_namespace.clone(),
+            )])),
+            match_expressions: None,
+        }
+    }
+
+    fn secret_match_conditions(&self) -> Vec<MatchCondition> {
+        vec![MatchCondition {
+            name: "required-secret-only".into(),
+            expression: format!(
+                "object.metadata.name == '{}'",
+                self.secret_name.replace('\'', "")
+            ),
+        }]
+    }
+
+    /// The validating configuration.
+    pub fn validating(&self) -> ValidatingWebhookConfiguration {
+        let common = |name: &str, rules, failure: &str| ValidatingWebhook {
+            name: name.into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: self.client_config(webhook::VALIDATE_PATH),
+            failure_policy: Some(failure.into()),
+            match_policy: Some("Equivalent".into()),
+            rules: Some(vec![rules]),
+            side_effects: "None".into(),
+            timeout_seconds: Some(5),
+            ..ValidatingWebhook::default()
+        };
+        ValidatingWebhookConfiguration {
+            metadata: ObjectMeta {
+                name: Some(webhook::VALIDATING_CONFIGURATION.into()),
+                labels: Some(Self::labels()),
+                ..ObjectMeta::default()
+            },
+            webhooks: Some(vec![
+                common(
+                    "vbtpoperator.operator.kyma-project.io",
+                    Self::btp_operator_rule(&["CREATE", "DELETE"]),
+                    "Fail",
+                ),
+                ValidatingWebhook {
+                    namespace_selector: Some(self.secret_namespace_selector()),
+                    match_conditions: Some(self.secret_match_conditions()),
+                    ..common(
+                        "vsecret.operator.kyma-project.io",
+                        Self::secret_rule(),
+                        "Ignore",
+                    )
+                },
+            ]),
+        }
+    }
+
+    /// The mutating configuration.
+    pub fn mutating(&self) -> MutatingWebhookConfiguration {
+        let common = |name: &str, rules, failure: &str| MutatingWebhook {
+            name: name.into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: self.client_config(webhook::MUTATE_PATH),
+            failure_policy: Some(failure.into()),
+            match_policy: Some("Equivalent".into()),
+            reinvocation_policy: Some("IfNeeded".into()),
+            rules: Some(vec![rules]),
+            side_effects: "None".into(),
+            timeout_seconds: Some(5),
+            ..MutatingWebhook::default()
+        };
+        MutatingWebhookConfiguration {
+            metadata: ObjectMeta {
+                name: Some(webhook::MUTATING_CONFIGURATION.into()),
+                labels: Some(Self::labels()),
+                ..ObjectMeta::default()
+            },
+            webhooks: Some(vec![
+                common(
+                    "mbtpoperator.operator.kyma-project.io",
+                    Self::btp_operator_rule(&["CREATE"]),
+                    "Fail",
+                ),
+                MutatingWebhook {
+                    namespace_selector: Some(self.secret_namespace_selector()),
+                    match_conditions: Some(self.secret_match_conditions()),
+                    ..common(
+                        "msecret.operator.kyma-project.io",
+                        Self::secret_rule(),
+                        "Ignore",
+                    )
+                },
+            ]),
+        }
+    }
+
+    /// Both configurations as one multi-document YAML (what `deploy/webhooks.yaml` holds).
+    pub fn to_yaml(&self) -> Result<String, serde_yaml_ng::Error> {
+        let mut validating =
+            serde_json::to_value(self.validating()).map_err(serde_yaml_ng::Error::custom)?;
+        let mut mutating =
+            serde_json::to_value(self.mutating()).map_err(serde_yaml_ng::Error::custom)?;
+        for (doc, kind) in [
+            (&mut validating, "ValidatingWebhookConfiguration"),
+            (&mut mutating, "MutatingWebhookConfiguration"),
+        ] {
+            doc["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+            doc["kind"] = kind.into();
+        }
+        Ok(format!(
+            "{}---\n{}",
+            serde_yaml_ng::to_string(&validating)?,
+            serde_yaml_ng::to_string(&mutating)?
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_are_narrow_and_policies_as_decided() {
+        let m = WebhookManifests::in_cluster("kyma-system");
+        let v = m.validating();
+        let hooks = v.webhooks.unwrap();
+        assert_eq!(hooks.len(), 2);
+        for h in &hooks {
+            assert_eq!(h.admission_review_versions, ["v1"]);
+            assert_eq!(h.side_effects, "None");
+            assert!(h.timeout_seconds.unwrap() <= 10);
+            let svc = h.client_config.service.as_ref().unwrap();
+            assert_eq!(
+                (
+                    svc.name.as_str(),
+                    svc.namespace.as_str(),
+                    svc.path.as_deref()
+                ),
+                (webhook::SERVICE_NAME, "kyma-system", Some("/validate"))
+            );
+        }
+        assert_eq!(hooks[0].failure_policy.as_deref(), Some("Fail"));
+        assert_eq!(hooks[1].failure_policy.as_deref(), Some("Ignore"));
+        let secret_rule = &hooks[1].rules.as_ref().unwrap()[0];
+        assert_eq!(
+            secret_rule.operations.as_deref().unwrap(),
+            ["CREATE", "UPDATE"]
+        );
+        assert_eq!(secret_rule.resources.as_deref().unwrap(), ["secrets"]);
+        let selector = hooks[1]
+            .namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap();
+        assert_eq!(selector["kubernetes.io/metadata.name"], "kyma-system");
+        assert!(hooks[1].match_conditions.as_ref().unwrap()[0]
+            .expression
+            .contains("'sap-btp-manager'"));
+
+        let mutating = m.mutating().webhooks.unwrap();
+        assert_eq!(
+            mutating[0].rules.as_ref().unwrap()[0]
+                .operations
+                .as_deref()
+                .unwrap(),
+            ["CREATE"]
+        );
+        assert!(mutating
+            .iter()
+            .all(|h| h.reinvocation_policy.as_deref() == Some("IfNeeded")));
+    }
+
+    #[test]
+    fn url_endpoint_and_ca_bundle() {
+        let m = WebhookManifests {
+            endpoint: Endpoint::Url("https://127.0.0.1:9443/".into()),
+            ca_bundle: b"PEM".to_vec(),
+            ..WebhookManifests::in_cluster("kyma-system")
+        };
+        for h in m.mutating().webhooks.unwrap() {
+            assert_eq!(
+                h.client_config.url.as_deref(),
+                Some("https://127.0.0.1:9443/mutate")
+            );
+            assert!(h.client_config.service.is_none());
+            assert_eq!(h.client_config.ca_bundle.as_ref().unwrap().0, b"PEM");
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! wrong; the request `uid` is echoed whenever it can be read, even from a body that does not decode.
 
 use crate::rules::Verdict;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use kube::core::DynamicObject;
 
 /// The only `apiVersion` accepted (the manager's webhook configurations ask for `v1` only).
@@ -60,7 +60,9 @@ impl ReviewError {
             ReviewError::MethodNotAllowed(_) => S::METHOD_NOT_ALLOWED,
             ReviewError::UnsupportedMediaType(_) => S::UNSUPPORTED_MEDIA_TYPE,
             ReviewError::TooLarge { .. } => S::PAYLOAD_TOO_LARGE,
-            ReviewError::Body(_) | ReviewError::NotJson(_) | ReviewError::MissingRequest => S::BAD_REQUEST,
+            ReviewError::Body(_) | ReviewError::NotJson(_) | ReviewError::MissingRequest => {
+                S::BAD_REQUEST
+            }
             ReviewError::WrongType { .. } | ReviewError::BadRequest(_) => S::BAD_REQUEST,
         }
     }
@@ -85,11 +87,17 @@ pub fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Rejected> 
             let uid = review.request.as_ref().map(|r| r.uid.clone());
             if review.types.api_version != API_VERSION || review.types.kind != KIND {
                 return Err(Rejected {
-                    error: ReviewError::WrongType { api_version: review.types.api_version, kind: review.types.kind },
+                    error: ReviewError::WrongType {
+                        api_version: review.types.api_version,
+                        kind: review.types.kind,
+                    },
                     uid,
                 });
             }
-            review.try_into().map_err(|_| Rejected { error: ReviewError::MissingRequest, uid: None })
+            review.try_into().map_err(|_| Rejected {
+                error: ReviewError::MissingRequest,
+                uid: None,
+            })
         }
         Err(typed_error) => Err(diagnose(body, typed_error)),
     }
@@ -98,9 +106,19 @@ pub fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Rejected> 
 fn diagnose(body: &[u8], typed_error: serde_json::Error) -> Rejected {
     let value: serde_json::Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(e) => return Rejected { error: ReviewError::NotJson(e.to_string()), uid: None },
+        Err(e) => {
+            return Rejected {
+                error: ReviewError::NotJson(e.to_string()),
+                uid: None,
+            }
+        }
     };
-    let str_at = |ptr: &str| value.pointer(ptr).and_then(|v| v.as_str()).map(str::to_owned);
+    let str_at = |ptr: &str| {
+        value
+            .pointer(ptr)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
     let uid = str_at("/request/uid");
     let api_version = str_at("/apiVersion").unwrap_or_default();
     let kind = str_at("/kind").unwrap_or_default();
@@ -114,33 +132,109 @@ fn diagnose(body: &[u8], typed_error: serde_json::Error) -> Rejected {
     Rejected { error, uid }
 }
 
+/// The answer sent back: an `admission.k8s.io/v1` `AdmissionReview` with only `response` set.
+///
+/// Written out here rather than with kube's `AdmissionResponse` so that `patch` is a base64 string, the
+/// encoding of Go's `[]byte` that the API server documents (kube serializes it as an array of numbers).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResponseReview {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// Always [`KIND`].
+    pub kind: String,
+    /// The answer.
+    pub response: Response,
+}
+
+/// `AdmissionReview.response`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    /// The request uid (empty when it could not be read).
+    pub uid: String,
+    /// The verdict.
+    pub allowed: bool,
+    /// Why not, when denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ResponseStatus>,
+    /// Base64 of the JSON patch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    /// `JSONPatch` when `patch` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<String>,
+    /// Warnings for the client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// The `metav1.Status` of a denial.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ResponseStatus {
+    /// HTTP-style code.
+    pub code: u16,
+    /// Machine-readable reason.
+    pub reason: String,
+    /// What the user sees.
+    pub message: String,
+}
+
+impl ResponseReview {
+    fn new(response: Response) -> Self {
+        Self {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
+            response,
+        }
+    }
+}
+
 /// The response review for a verdict on `req`.
-pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> AdmissionReview<DynamicObject> {
-    let mut response = AdmissionResponse::from(req);
-    if !verdict.warnings.is_empty() {
-        response.warnings = Some(verdict.warnings);
-    }
+pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> ResponseReview {
+    use base64::Engine as _;
+    let mut response = Response {
+        uid: req.uid.clone(),
+        allowed: verdict.denial.is_none(),
+        status: None,
+        patch: None,
+        patch_type: None,
+        warnings: verdict.warnings,
+    };
     if let Some(denial) = verdict.denial {
-        response = response.deny(denial.message);
-        response.result.code = denial.code;
-        response.result.reason = if denial.code == 403 { "Forbidden" } else { "Invalid" }.into();
-    } else if !verdict.patch.is_empty() {
-        // Serializing a Vec of patch operations cannot fail (string keys, JSON values).
-        response = match response.clone().with_patch(json_patch::Patch(verdict.patch)) {
-            Ok(r) => r,
-            Err(_) => response,
+        let reason = if denial.code == 403 {
+            "Forbidden"
+        } else {
+            "Invalid"
         };
+        response.status = Some(ResponseStatus {
+            code: denial.code,
+            reason: reason.into(),
+            message: denial.message,
+        });
+    } else if !verdict.patch.is_empty() {
+        // Serializing patch operations (string paths, JSON values) cannot fail.
+        if let Ok(json) = serde_json::to_vec(&verdict.patch) {
+            response.patch = Some(base64::engine::general_purpose::STANDARD.encode(json));
+            response.patch_type = Some("JSONPatch".into());
+        }
     }
-    response.into_review()
+    ResponseReview::new(response)
 }
 
 /// The response review for a request that could not be decoded: `allowed: false`, the error in
 /// `status`, and the uid when known. Sent with the error's 4xx HTTP status.
-pub fn respond_rejected(rejected: &Rejected) -> AdmissionReview<DynamicObject> {
-    let mut response = AdmissionResponse::invalid(&rejected.error);
-    response.result.code = rejected.error.status().as_u16();
-    if let Some(uid) = &rejected.uid {
-        response.uid.clone_from(uid);
-    }
-    response.into_review()
+pub fn respond_rejected(rejected: &Rejected) -> ResponseReview {
+    ResponseReview::new(Response {
+        uid: rejected.uid.clone().unwrap_or_default(),
+        allowed: false,
+        status: Some(ResponseStatus {
+            code: rejected.error.status().as_u16(),
+            reason: "BadRequest".into(),
+            message: rejected.error.to_string(),
+        }),
+        patch: None,
+        patch_type: None,
+        warnings: Vec::new(),
+    })
 }

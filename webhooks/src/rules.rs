@@ -23,7 +23,10 @@ pub struct RulesConfig {
 
 impl Default for RulesConfig {
     fn default() -> Self {
-        Self { secret_namespace: names::KYMA_SYSTEM.into(), secret_name: names::REQUIRED_SECRET_NAME.into() }
+        Self {
+            secret_namespace: names::KYMA_SYSTEM.into(),
+            secret_name: names::REQUIRED_SECRET_NAME.into(),
+        }
     }
 }
 
@@ -55,7 +58,13 @@ impl Verdict {
 
     /// Deny with a code and a message.
     pub fn deny(code: u16, message: impl Into<String>) -> Self {
-        Self { denial: Some(Denial { code, message: message.into() }), ..Self::default() }
+        Self {
+            denial: Some(Denial {
+                code,
+                message: message.into(),
+            }),
+            ..Self::default()
+        }
     }
 
     /// Whether the request is allowed.
@@ -151,7 +160,11 @@ fn validate_btp_operator(
                 return Verdict::allow();
             }
             let given_name = if req.name.is_empty() {
-                let generate = req.object.as_ref().and_then(|o| o.metadata.generate_name.as_deref()).unwrap_or("");
+                let generate = req
+                    .object
+                    .as_ref()
+                    .and_then(|o| o.metadata.generate_name.as_deref())
+                    .unwrap_or("");
                 format!("a generated name ({generate}…)")
             } else {
                 format!("{:?}", req.name)
@@ -218,12 +231,15 @@ fn secret_value(obj: &DynamicObject, key: &str) -> SecretValue {
 }
 
 fn is_blank(bytes: &[u8]) -> bool {
-    bytes.iter().all(|b| b.is_ascii_whitespace()) || std::str::from_utf8(bytes).is_ok_and(|s| s.trim().is_empty())
+    bytes.iter().all(|b| b.is_ascii_whitespace())
+        || std::str::from_utf8(bytes).is_ok_and(|s| s.trim().is_empty())
 }
 
 /// Whether `value` is an absolute `https` URL with a host.
 fn is_https_url(value: &[u8]) -> bool {
-    let Ok(s) = std::str::from_utf8(value) else { return false };
+    let Ok(s) = std::str::from_utf8(value) else {
+        return false;
+    };
     match s.trim().parse::<http::Uri>() {
         Ok(uri) => uri.scheme_str() == Some("https") && uri.host().is_some_and(|h| !h.is_empty()),
         Err(_) => false,
@@ -275,7 +291,10 @@ fn validate_secret(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) 
         problems.push(format!("empty value(s) for key(s): {}", empty.join(", ")));
     }
     if !not_base64.is_empty() {
-        problems.push(format!("value(s) that are not valid base64 strings for key(s): {}", not_base64.join(", ")));
+        problems.push(format!(
+            "value(s) that are not valid base64 strings for key(s): {}",
+            not_base64.join(", ")
+        ));
     }
     if !not_https.is_empty() {
         problems.push(format!(
@@ -305,10 +324,15 @@ pub fn mutate(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> Ve
         {
             add_finalizer(obj)
         }
-        (Subject::RequiredSecret, Operation::Create | Operation::Update, Some(obj)) => trim_secret_values(obj),
+        (Subject::RequiredSecret, Operation::Create | Operation::Update, Some(obj)) => {
+            trim_secret_values(obj)
+        }
         _ => vec![],
     };
-    Verdict { patch, ..Verdict::allow() }
+    Verdict {
+        patch,
+        ..Verdict::allow()
+    }
 }
 
 fn add_finalizer(obj: &DynamicObject) -> Vec<PatchOperation> {
@@ -336,8 +360,16 @@ fn trim_secret_values(obj: &DynamicObject) -> Vec<PatchOperation> {
     let b64 = &base64::engine::general_purpose::STANDARD;
     let mut ops = Vec::new();
     let empty = Map::new();
-    let data = obj.data.get("data").and_then(Value::as_object).unwrap_or(&empty);
-    let string_data = obj.data.get("stringData").and_then(Value::as_object).unwrap_or(&empty);
+    let data = obj
+        .data
+        .get("data")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let string_data = obj
+        .data
+        .get("stringData")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
     for key in names::REQUIRED_SECRET_KEYS {
         if let Some(encoded) = data.get(key).and_then(Value::as_str) {
             if let Ok(raw) = b64.decode(encoded) {

@@ -53,9 +53,15 @@ pub async fn serve(
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async { while connections.join_next().await.is_some() {} }).await;
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
     if drained.is_err() {
-        tracing::warn!(open = connections.len(), "webhook connections still open after the drain timeout; closing them");
+        tracing::warn!(
+            open = connections.len(),
+            "webhook connections still open after the drain timeout; closing them"
+        );
         connections.abort_all();
     }
     Ok(())
@@ -80,7 +86,10 @@ async fn connection(
         }
     };
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     builder.http2().timer(TokioTimer::new());
     let conn = builder.serve_connection(TokioIo::new(tls), TowerToHyperService::new(app));
     tokio::pin!(conn);

@@ -50,7 +50,8 @@ pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Tl
         return Err(TlsError::NoCertificate);
     }
     // The pem error type can quote input; report only its kind.
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::BadKey(pem_error_kind(&e)))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::BadKey(pem_error_kind(&e)))?;
     let provider = ring::default_provider();
     let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|e| match e {
         rustls::Error::InconsistentKeys(k) => TlsError::KeyMismatch(format!("{k:?}")),
@@ -79,7 +80,9 @@ pub struct SwappableCert {
 impl SwappableCert {
     /// Start serving `initial`.
     pub fn new(initial: CertifiedKey) -> Arc<Self> {
-        Arc::new(Self { current: RwLock::new(Arc::new(initial)) })
+        Arc::new(Self {
+            current: RwLock::new(Arc::new(initial)),
+        })
     }
 
     /// Start from PEM.
@@ -120,12 +123,15 @@ impl ResolvesServerCert for SwappableCert {
 
 /// The rustls server configuration: TLS 1.3 and 1.2 only, ALPN `h2` then `http/1.1`, certificate from
 /// `resolver`.
-pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+pub fn server_config(
+    resolver: Arc<dyn ResolvesServerCert>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let mut config =
+        rustls::ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| TlsError::Config(e.to_string()))?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -146,15 +152,24 @@ pub struct CertDir {
 impl CertDir {
     /// `tls.crt` and `tls.key` in `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into(), cert_file: "tls.crt".into(), key_file: "tls.key".into() }
+        Self {
+            dir: dir.into(),
+            cert_file: "tls.crt".into(),
+            key_file: "tls.key".into(),
+        }
     }
 
     /// Read both files.
     pub async fn read(&self) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
         let read = |path: PathBuf| async move {
-            tokio::fs::read(&path).await.map_err(|source| TlsError::Read { path, source })
+            tokio::fs::read(&path)
+                .await
+                .map_err(|source| TlsError::Read { path, source })
         };
-        Ok((read(self.dir.join(&self.cert_file)).await?, read(self.dir.join(&self.key_file)).await?))
+        Ok((
+            read(self.dir.join(&self.cert_file)).await?,
+            read(self.dir.join(&self.key_file)).await?,
+        ))
     }
 
     /// Load the files now into a new resolver.
@@ -163,28 +178,39 @@ impl CertDir {
         SwappableCert::from_pem(&cert, &key)
     }
 
-    /// Reload into `target` whenever the files change, until the task is dropped. A half-written pair
-    /// (cert and key not matching) is skipped and retried on the next tick.
+    /// Reload into `target` whenever the files hold another certificate than the one served, until the
+    /// task is dropped. A half-written pair (cert and key not matching) is skipped and retried on the
+    /// next tick.
     pub async fn watch(self, target: Arc<SwappableCert>, interval: Duration) {
-        let mut last = self.read().await.ok();
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let Ok(pair) = self.read().await.inspect_err(|e| tracing::warn!(error = %e, "reading webhook certificate files")) else {
-                continue;
+            let (cert, key) = match self.read().await {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading webhook certificate files");
+                    continue;
+                }
             };
-            if last.as_ref() == Some(&pair) {
+            let served = target.current();
+            let on_disk = CertificateDer::pem_slice_iter(&cert)
+                .next()
+                .and_then(Result::ok);
+            if on_disk
+                .as_ref()
+                .is_some_and(|der| served.cert.first() == Some(der))
+            {
                 continue;
             }
-            match target.set_pem(&pair.0, &pair.1) {
+            match target.set_pem(&cert, &key) {
                 Ok(()) => {
-                    tracing::info!(dir = %self.dir.display(), "webhook certificate reloaded from files");
-                    last = Some(pair);
+                    tracing::info!(dir = %self.dir.display(), "webhook certificate reloaded from files")
                 }
-                Err(e) => tracing::warn!(error = %e, dir = %self.dir.display(), "webhook certificate files not loaded"),
+                Err(e) => {
+                    tracing::warn!(error = %e, dir = %self.dir.display(), "webhook certificate files not loaded")
+                }
             }
         }
     }
 }
-

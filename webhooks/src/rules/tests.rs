@@ -30,7 +30,8 @@ fn request(
             "dryRun": false
         }
     });
-    let review: kube::core::admission::AdmissionReview<DynamicObject> = serde_json::from_value(review).unwrap();
+    let review: kube::core::admission::AdmissionReview<DynamicObject> =
+        serde_json::from_value(review).unwrap();
     review.try_into().unwrap()
 }
 
@@ -46,12 +47,26 @@ fn cr(namespace: &str, name: &str, labels: Value, finalizers: Value) -> Value {
 }
 
 fn create_cr(namespace: &str, name: &str) -> AdmissionRequest<DynamicObject> {
-    request(BTP, "CREATE", namespace, name, cr(namespace, name, json!({}), Value::Null), Value::Null)
+    request(
+        BTP,
+        "CREATE",
+        namespace,
+        name,
+        cr(namespace, name, json!({}), Value::Null),
+        Value::Null,
+    )
 }
 
 fn delete_cr(labels: Value) -> AdmissionRequest<DynamicObject> {
     let old = cr("kyma-system", "btpoperator", labels, Value::Null);
-    request(BTP, "DELETE", "kyma-system", "btpoperator", Value::Null, old)
+    request(
+        BTP,
+        "DELETE",
+        "kyma-system",
+        "btpoperator",
+        Value::Null,
+        old,
+    )
 }
 
 fn full_data() -> Value {
@@ -65,7 +80,11 @@ fn full_data() -> Value {
 }
 
 fn secret_obj(name: &str, data: Value, string_data: Value, labelled: bool) -> Value {
-    let labels = if labelled { json!({"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}) } else { json!({}) };
+    let labels = if labelled {
+        json!({"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"})
+    } else {
+        json!({})
+    };
     let mut obj = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "kyma-system", "labels": labels}, "type": "Opaque"});
     if !data.is_null() {
         obj["data"] = data;
@@ -76,9 +95,21 @@ fn secret_obj(name: &str, data: Value, string_data: Value, labelled: bool) -> Va
     obj
 }
 
-fn secret_req(op: &str, data: Value, string_data: Value, labelled: bool) -> AdmissionRequest<DynamicObject> {
+fn secret_req(
+    op: &str,
+    data: Value,
+    string_data: Value,
+    labelled: bool,
+) -> AdmissionRequest<DynamicObject> {
     let obj = secret_obj("sap-btp-manager", data, string_data, labelled);
-    request(SECRET, op, "kyma-system", "sap-btp-manager", obj, Value::Null)
+    request(
+        SECRET,
+        op,
+        "kyma-system",
+        "sap-btp-manager",
+        obj,
+        Value::Null,
+    )
 }
 
 fn cfg() -> RulesConfig {
@@ -103,7 +134,10 @@ fn wrong_name_is_denied_with_expected_and_given_names() {
     let v = validate(&create_cr("kyma-system", "btpoperator-test"), &cfg(), None);
     let m = message(&v);
     assert_eq!(v.denial.as_ref().unwrap().code, 403);
-    assert!(m.contains("\"btpoperator\"") && m.contains("\"kyma-system\""), "{m}");
+    assert!(
+        m.contains("\"btpoperator\"") && m.contains("\"kyma-system\""),
+        "{m}"
+    );
     assert!(m.contains("\"btpoperator-test\""), "{m}");
 }
 
@@ -122,7 +156,11 @@ fn generated_name_is_denied_and_named() {
     obj["metadata"]["generateName"] = json!("btp-");
     let req = request(BTP, "CREATE", "kyma-system", "", obj, Value::Null);
     let v = validate(&req, &cfg(), None);
-    assert!(message(&v).contains("generated name (btp-"), "{}", message(&v));
+    assert!(
+        message(&v).contains("generated name (btp-"),
+        "{}",
+        message(&v)
+    );
 }
 
 #[test]
@@ -138,12 +176,18 @@ fn updates_of_any_cr_are_allowed() {
 fn delete_of_valid_cr_with_services_warns_with_counts_and_label() {
     let req = delete_cr(json!({}));
     assert!(needs_service_counts(&req, &cfg()));
-    let counts = Ok(ServiceCounts { instances: 2, bindings: 1 });
+    let counts = Ok(ServiceCounts {
+        instances: 2,
+        bindings: 1,
+    });
     let v = validate(&req, &cfg(), Some(&counts));
     assert!(v.allowed());
     assert_eq!(v.warnings.len(), 1);
     let w = &v.warnings[0];
-    assert!(w.contains("2 ServiceInstance(s)") && w.contains("1 ServiceBinding(s)"), "{w}");
+    assert!(
+        w.contains("2 ServiceInstance(s)") && w.contains("1 ServiceBinding(s)"),
+        "{w}"
+    );
     assert!(w.contains("force-delete=true"), "{w}");
 }
 
@@ -156,9 +200,15 @@ fn delete_without_services_has_no_warning() {
 
 #[test]
 fn delete_with_force_delete_needs_no_counts() {
-    assert!(!needs_service_counts(&delete_cr(json!({"force-delete": "true"})), &cfg()));
+    assert!(!needs_service_counts(
+        &delete_cr(json!({"force-delete": "true"})),
+        &cfg()
+    ));
     // Any other value does not count as force-delete.
-    assert!(needs_service_counts(&delete_cr(json!({"force-delete": "TRUE"})), &cfg()));
+    assert!(needs_service_counts(
+        &delete_cr(json!({"force-delete": "TRUE"})),
+        &cfg()
+    ));
     let v = validate(&delete_cr(json!({"force-delete": "true"})), &cfg(), None);
     assert!(v.allowed() && v.warnings.is_empty());
 }
@@ -166,7 +216,14 @@ fn delete_with_force_delete_needs_no_counts() {
 #[test]
 fn delete_of_misnamed_cr_needs_no_counts() {
     let old = cr("kyma-system", "btpoperator-test", json!({}), Value::Null);
-    let req = request(BTP, "DELETE", "kyma-system", "btpoperator-test", Value::Null, old);
+    let req = request(
+        BTP,
+        "DELETE",
+        "kyma-system",
+        "btpoperator-test",
+        Value::Null,
+        old,
+    );
     assert!(!needs_service_counts(&req, &cfg()));
     assert_eq!(validate(&req, &cfg(), None), Verdict::allow());
 }
@@ -176,14 +233,20 @@ fn delete_when_counting_fails_is_allowed_with_a_warning() {
     let counts = Err("listing serviceinstances: connection refused".to_string());
     let v = validate(&delete_cr(json!({})), &cfg(), Some(&counts));
     assert!(v.allowed());
-    assert!(v.warnings[0].contains("could not count") && v.warnings[0].contains("connection refused"));
+    assert!(
+        v.warnings[0].contains("could not count") && v.warnings[0].contains("connection refused")
+    );
 }
 
 // --- Required Secret ---------------------------------------------------------------------------
 
 #[test]
 fn complete_labelled_secret_is_allowed_without_warning() {
-    let v = validate(&secret_req("CREATE", full_data(), Value::Null, true), &cfg(), None);
+    let v = validate(
+        &secret_req("CREATE", full_data(), Value::Null, true),
+        &cfg(),
+        None,
+    );
     assert_eq!(v, Verdict::allow());
 }
 
@@ -191,16 +254,31 @@ fn complete_labelled_secret_is_allowed_without_warning() {
 fn btp_manager_label_value_also_counts_as_labelled() {
     let mut obj = secret_obj("sap-btp-manager", full_data(), Value::Null, false);
     obj["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "btp-manager"});
-    let req = request(SECRET, "CREATE", "kyma-system", "sap-btp-manager", obj, Value::Null);
+    let req = request(
+        SECRET,
+        "CREATE",
+        "kyma-system",
+        "sap-btp-manager",
+        obj,
+        Value::Null,
+    );
     assert_eq!(validate(&req, &cfg(), None), Verdict::allow());
 }
 
 #[test]
 fn unlabelled_complete_secret_is_allowed_with_a_warning() {
-    let v = validate(&secret_req("UPDATE", full_data(), Value::Null, false), &cfg(), None);
+    let v = validate(
+        &secret_req("UPDATE", full_data(), Value::Null, false),
+        &cfg(),
+        None,
+    );
     assert!(v.allowed());
     assert_eq!(v.warnings.len(), 1);
-    assert!(v.warnings[0].contains("app.kubernetes.io/managed-by=kcp-kyma-environment-broker"), "{:?}", v.warnings);
+    assert!(
+        v.warnings[0].contains("app.kubernetes.io/managed-by=kcp-kyma-environment-broker"),
+        "{:?}",
+        v.warnings
+    );
 }
 
 #[test]
@@ -215,7 +293,10 @@ fn missing_and_empty_keys_are_listed_without_values() {
     let m = message(&v);
     assert!(m.contains("missing key(s): tokenurl, cluster_id"), "{m}");
     assert!(m.contains("empty value(s) for key(s): clientsecret"), "{m}");
-    assert!(!m.contains("sm.example.com") && !m.contains(&b64("id")), "a value leaked: {m}");
+    assert!(
+        !m.contains("sm.example.com") && !m.contains(&b64("id")),
+        "a value leaked: {m}"
+    );
 }
 
 #[test]
@@ -223,13 +304,22 @@ fn whitespace_only_value_counts_as_empty() {
     let mut data = full_data();
     data["clientid"] = json!(b64(" \n\t "));
     let v = validate(&secret_req("CREATE", data, Value::Null, true), &cfg(), None);
-    assert!(message(&v).contains("empty value(s) for key(s): clientid"), "{}", message(&v));
+    assert!(
+        message(&v).contains("empty value(s) for key(s): clientid"),
+        "{}",
+        message(&v)
+    );
 }
 
 #[test]
 fn secret_with_no_data_at_all_lists_all_five_keys() {
-    let v = validate(&secret_req("CREATE", Value::Null, Value::Null, true), &cfg(), None);
-    assert!(message(&v).contains("missing key(s): clientid, clientsecret, sm_url, tokenurl, cluster_id"));
+    let v = validate(
+        &secret_req("CREATE", Value::Null, Value::Null, true),
+        &cfg(),
+        None,
+    );
+    assert!(message(&v)
+        .contains("missing key(s): clientid, clientsecret, sm_url, tokenurl, cluster_id"));
 }
 
 #[test]
@@ -246,11 +336,21 @@ fn string_data_counts_and_wins_over_data() {
 
 #[test]
 fn urls_must_be_https_with_a_host() {
-    for bad in ["http://sm.example.com", "sm.example.com", "https://", "not a url", "ftp://x"] {
+    for bad in [
+        "http://sm.example.com",
+        "sm.example.com",
+        "https://",
+        "not a url",
+        "ftp://x",
+    ] {
         let mut data = full_data();
         data["tokenurl"] = json!(b64(bad));
         let v = validate(&secret_req("CREATE", data, Value::Null, true), &cfg(), None);
-        assert!(message(&v).contains("tokenurl must hold an https URL"), "{bad}: {:?}", v);
+        assert!(
+            message(&v).contains("tokenurl must hold an https URL"),
+            "{bad}: {:?}",
+            v
+        );
         if bad != "https://" {
             assert!(!message(&v).contains(bad), "value leaked for {bad}");
         }
@@ -265,7 +365,11 @@ fn invalid_base64_is_reported_by_key() {
     let mut data = full_data();
     data["clientid"] = json!("%%%not-base64");
     let v = validate(&secret_req("CREATE", data, Value::Null, true), &cfg(), None);
-    assert!(message(&v).contains("not valid base64 strings for key(s): clientid"), "{}", message(&v));
+    assert!(
+        message(&v).contains("not valid base64 strings for key(s): clientid"),
+        "{}",
+        message(&v)
+    );
     let mut data = full_data();
     data["clientid"] = json!(42);
     let v = validate(&secret_req("CREATE", data, Value::Null, true), &cfg(), None);
@@ -276,26 +380,61 @@ fn invalid_base64_is_reported_by_key() {
 fn missing_key_in_unlabelled_secret_denies_and_warns() {
     let mut data = full_data();
     data.as_object_mut().unwrap().remove("clientid");
-    let v = validate(&secret_req("CREATE", data, Value::Null, false), &cfg(), None);
+    let v = validate(
+        &secret_req("CREATE", data, Value::Null, false),
+        &cfg(),
+        None,
+    );
     assert!(!v.allowed());
     assert_eq!(v.warnings.len(), 1);
 }
 
 #[test]
 fn secret_delete_and_other_secrets_are_allowed() {
-    let req = request(SECRET, "DELETE", "kyma-system", "sap-btp-manager", Value::Null, secret_obj("sap-btp-manager", json!({}), Value::Null, true));
+    let req = request(
+        SECRET,
+        "DELETE",
+        "kyma-system",
+        "sap-btp-manager",
+        Value::Null,
+        secret_obj("sap-btp-manager", json!({}), Value::Null, true),
+    );
     assert_eq!(validate(&req, &cfg(), None), Verdict::allow());
-    let other = request(SECRET, "CREATE", "kyma-system", "other", secret_obj("other", json!({}), Value::Null, false), Value::Null);
+    let other = request(
+        SECRET,
+        "CREATE",
+        "kyma-system",
+        "other",
+        secret_obj("other", json!({}), Value::Null, false),
+        Value::Null,
+    );
     assert_eq!(validate(&other, &cfg(), None), Verdict::allow());
     assert_eq!(mutate(&other, &cfg()), Verdict::allow());
-    let elsewhere = request(SECRET, "CREATE", "default", "sap-btp-manager", secret_obj("sap-btp-manager", json!({}), Value::Null, false), Value::Null);
+    let elsewhere = request(
+        SECRET,
+        "CREATE",
+        "default",
+        "sap-btp-manager",
+        secret_obj("sap-btp-manager", json!({}), Value::Null, false),
+        Value::Null,
+    );
     assert_eq!(validate(&elsewhere, &cfg(), None), Verdict::allow());
 }
 
 #[test]
 fn configured_secret_name_and_namespace_are_honoured() {
-    let config = RulesConfig { secret_namespace: "kyma-system".into(), secret_name: "custom".into() };
-    let req = request(SECRET, "CREATE", "kyma-system", "custom", secret_obj("custom", json!({}), Value::Null, true), Value::Null);
+    let config = RulesConfig {
+        secret_namespace: "kyma-system".into(),
+        secret_name: "custom".into(),
+    };
+    let req = request(
+        SECRET,
+        "CREATE",
+        "kyma-system",
+        "custom",
+        secret_obj("custom", json!({}), Value::Null, true),
+        Value::Null,
+    );
     assert!(!validate(&req, &config, None).allowed());
     let default_name = secret_req("CREATE", json!({}), Value::Null, true);
     assert!(validate(&default_name, &config, None).allowed());
@@ -304,7 +443,14 @@ fn configured_secret_name_and_namespace_are_honoured() {
 #[test]
 fn kinds_we_do_not_own_are_untouched() {
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sap-btp-manager", "namespace": "kyma-system"}});
-    let req = request(("", "v1", "ConfigMap"), "CREATE", "kyma-system", "sap-btp-manager", cm, Value::Null);
+    let req = request(
+        ("", "v1", "ConfigMap"),
+        "CREATE",
+        "kyma-system",
+        "sap-btp-manager",
+        cm,
+        Value::Null,
+    );
     assert_eq!(validate(&req, &cfg(), None), Verdict::allow());
     assert_eq!(mutate(&req, &cfg()), Verdict::allow());
 }
@@ -322,25 +468,64 @@ fn finalizer_is_added_to_valid_cr_on_create_only() {
     let req = create_cr("kyma-system", "btpoperator");
     let v = mutate(&req, &cfg());
     assert!(v.allowed());
-    let patched = apply(&cr("kyma-system", "btpoperator", json!({}), Value::Null), &v);
+    let patched = apply(
+        &cr("kyma-system", "btpoperator", json!({}), Value::Null),
+        &v,
+    );
     assert_eq!(patched["metadata"]["finalizers"], json!([names::FINALIZER]));
 
-    for (ns, name) in [("kyma-system", "btpoperator-test"), ("default", "btpoperator")] {
-        assert_eq!(mutate(&create_cr(ns, name), &cfg()), Verdict::allow(), "{ns}/{name}");
+    for (ns, name) in [
+        ("kyma-system", "btpoperator-test"),
+        ("default", "btpoperator"),
+    ] {
+        assert_eq!(
+            mutate(&create_cr(ns, name), &cfg()),
+            Verdict::allow(),
+            "{ns}/{name}"
+        );
     }
     let obj = cr("kyma-system", "btpoperator", json!({}), Value::Null);
-    let update = request(BTP, "UPDATE", "kyma-system", "btpoperator", obj.clone(), obj);
+    let update = request(
+        BTP,
+        "UPDATE",
+        "kyma-system",
+        "btpoperator",
+        obj.clone(),
+        obj,
+    );
     assert!(mutate(&update, &cfg()).patch.is_empty());
 }
 
 #[test]
 fn finalizer_is_appended_to_existing_finalizers_and_idempotent() {
-    let obj = cr("kyma-system", "btpoperator", json!({}), json!(["other/finalizer"]));
-    let req = request(BTP, "CREATE", "kyma-system", "btpoperator", obj.clone(), Value::Null);
+    let obj = cr(
+        "kyma-system",
+        "btpoperator",
+        json!({}),
+        json!(["other/finalizer"]),
+    );
+    let req = request(
+        BTP,
+        "CREATE",
+        "kyma-system",
+        "btpoperator",
+        obj.clone(),
+        Value::Null,
+    );
     let patched = apply(&obj, &mutate(&req, &cfg()));
-    assert_eq!(patched["metadata"]["finalizers"], json!(["other/finalizer", names::FINALIZER]));
+    assert_eq!(
+        patched["metadata"]["finalizers"],
+        json!(["other/finalizer", names::FINALIZER])
+    );
     // Reinvocation on the patched object: nothing more to do.
-    let again = request(BTP, "CREATE", "kyma-system", "btpoperator", patched, Value::Null);
+    let again = request(
+        BTP,
+        "CREATE",
+        "kyma-system",
+        "btpoperator",
+        patched,
+        Value::Null,
+    );
     assert!(mutate(&again, &cfg()).patch.is_empty());
 }
 
@@ -350,28 +535,78 @@ fn secret_values_are_trimmed_touching_only_changed_keys() {
     data["clientid"] = json!(b64("id\n"));
     data["sm_url"] = json!(b64("  https://sm.example.com \r\n"));
     data["extra"] = json!(b64("keep me \n"));
-    let obj = secret_obj("sap-btp-manager", data, json!({"tokenurl": " https://auth.example.com\n"}), true);
-    let req = request(SECRET, "CREATE", "kyma-system", "sap-btp-manager", obj.clone(), Value::Null);
+    let obj = secret_obj(
+        "sap-btp-manager",
+        data,
+        json!({"tokenurl": " https://auth.example.com\n"}),
+        true,
+    );
+    let req = request(
+        SECRET,
+        "CREATE",
+        "kyma-system",
+        "sap-btp-manager",
+        obj.clone(),
+        Value::Null,
+    );
     let v = mutate(&req, &cfg());
-    let paths: Vec<String> = v.patch.iter().map(|op| serde_json::to_value(op).unwrap()["path"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(paths, ["/data/clientid", "/data/sm_url", "/stringData/tokenurl"]);
+    let paths: Vec<String> = v
+        .patch
+        .iter()
+        .map(|op| {
+            serde_json::to_value(op).unwrap()["path"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        ["/data/clientid", "/data/sm_url", "/stringData/tokenurl"]
+    );
     let patched = apply(&obj, &v);
     assert_eq!(patched["data"]["clientid"], json!(b64("id")));
-    assert_eq!(patched["data"]["sm_url"], json!(b64("https://sm.example.com")));
-    assert_eq!(patched["data"]["extra"], json!(b64("keep me \n")), "only the five required keys are trimmed");
-    assert_eq!(patched["stringData"]["tokenurl"], json!("https://auth.example.com"));
+    assert_eq!(
+        patched["data"]["sm_url"],
+        json!(b64("https://sm.example.com"))
+    );
+    assert_eq!(
+        patched["data"]["extra"],
+        json!(b64("keep me \n")),
+        "only the five required keys are trimmed"
+    );
+    assert_eq!(
+        patched["stringData"]["tokenurl"],
+        json!("https://auth.example.com")
+    );
     // Idempotent.
-    let again = request(SECRET, "UPDATE", "kyma-system", "sap-btp-manager", patched, Value::Null);
+    let again = request(
+        SECRET,
+        "UPDATE",
+        "kyma-system",
+        "sap-btp-manager",
+        patched,
+        Value::Null,
+    );
     assert!(mutate(&again, &cfg()).patch.is_empty());
 }
 
 #[test]
 fn clean_secret_gets_no_patch_and_garbage_values_are_left_for_validation() {
-    assert!(mutate(&secret_req("CREATE", full_data(), Value::Null, true), &cfg()).patch.is_empty());
+    assert!(mutate(
+        &secret_req("CREATE", full_data(), Value::Null, true),
+        &cfg()
+    )
+    .patch
+    .is_empty());
     let mut data = full_data();
     data["clientid"] = json!("%%%");
     data["clientsecret"] = json!(7);
-    assert!(mutate(&secret_req("CREATE", data, Value::Null, true), &cfg()).patch.is_empty());
+    assert!(
+        mutate(&secret_req("CREATE", data, Value::Null, true), &cfg())
+            .patch
+            .is_empty()
+    );
 }
 
 #[test]
@@ -379,13 +614,26 @@ fn non_utf8_values_are_trimmed_of_ascii_whitespace() {
     let raw = [0xff, 0xfe, b'\n'];
     let mut data = full_data();
     data["clientsecret"] = json!(base64::engine::general_purpose::STANDARD.encode(raw));
-    let v = mutate(&secret_req("CREATE", data.clone(), Value::Null, true), &cfg());
+    let v = mutate(
+        &secret_req("CREATE", data.clone(), Value::Null, true),
+        &cfg(),
+    );
     let patched = apply(&secret_obj("sap-btp-manager", data, Value::Null, true), &v);
-    assert_eq!(patched["data"]["clientsecret"], json!(base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe])));
+    assert_eq!(
+        patched["data"]["clientsecret"],
+        json!(base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe]))
+    );
 }
 
 #[test]
 fn secret_delete_is_not_mutated() {
-    let req = request(SECRET, "DELETE", "kyma-system", "sap-btp-manager", Value::Null, secret_obj("sap-btp-manager", full_data(), Value::Null, true));
+    let req = request(
+        SECRET,
+        "DELETE",
+        "kyma-system",
+        "sap-btp-manager",
+        Value::Null,
+        secret_obj("sap-btp-manager", full_data(), Value::Null, true),
+    );
     assert_eq!(mutate(&req, &cfg()), Verdict::allow());
 }

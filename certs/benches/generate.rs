@@ -59,8 +59,8 @@ fn main() -> ExitCode {
         for _ in 0..n {
             let start = Instant::now();
             let now = SystemTime::now();
-            let pair = generate_ca(&ca_spec, now)
-                .and_then(|ca| generate_leaf(&ca, &leaf_spec, now).map(|leaf| (ca, leaf)));
+            let pair =
+                generate_ca(&ca_spec, now).and_then(|ca| generate_leaf(&ca, &leaf_spec, now).map(|leaf| (ca, leaf)));
             let elapsed = start.elapsed();
             match pair {
                 Ok(pair) => {
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
             (samples[n / 2 - 1] + samples[n / 2]) / 2
         };
         println!(
-            "certs/generate {alg}: median {:.1} ms, min {:.1} ms, max {:.1} ms (n={n}) for a CA + leaf pair",
+            "certs/generate {alg}: median {:.2} ms, min {:.2} ms, max {:.2} ms (n={n}) for a CA + leaf pair",
             ms(median),
             ms(samples[0]),
             ms(samples[n - 1]),

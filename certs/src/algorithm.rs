@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use crate::CertError;
 
-const ALLOWED_NAMES: &str = "ecdsa-p256 (aliases: ecdsa, p256), rsa-2048, rsa-3072, rsa-4096";
+pub(crate) const ALLOWED_NAMES: &str = "ecdsa-p256 (aliases: ecdsa, p256), rsa-2048, rsa-3072, rsa-4096";
 const ALLOWED_RSA_BITS: &str = "RSA key sizes 2048, 3072, 4096";
 
 /// The key type of a generated certificate. Signatures always use SHA-256.
@@ -130,10 +130,7 @@ mod tests {
     fn from_str_rejects_unknown_and_lists_accepted_values() {
         for bad in ["", "rsa", "rsa-1024", "ed25519", "ecdsa-p384", "rsa2048"] {
             let err = bad.parse::<KeyAlgorithm>().unwrap_err();
-            assert!(
-                matches!(err, CertError::UnsupportedKeyAlgorithm { .. }),
-                "{bad:?}"
-            );
+            assert!(matches!(err, CertError::UnsupportedKeyAlgorithm { .. }), "{bad:?}");
             let msg = err.to_string();
             for name in ["ecdsa-p256", "rsa-2048", "rsa-3072", "rsa-4096"] {
                 assert!(msg.contains(name), "{msg}");

@@ -5,13 +5,13 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    Issuer, IsCa, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType, SerialNumber,
 };
 use rsa::rand_core::{OsRng, RngCore};
 use time::OffsetDateTime;
 
-use crate::keys::{generate_key, load_signing_key};
+use crate::keys::{generate_key, key_algorithm_of, load_signing_key};
 use crate::parse::{first_cert_der, parse_der};
 use crate::{verify_signed_by, CertError, KeyAlgorithm};
 
@@ -77,19 +77,16 @@ fn to_x509_time(t: SystemTime, what: &str) -> Result<OffsetDateTime, CertError> 
 }
 
 /// NotBefore = now, NotAfter = now + validity.
-fn validity_window(
-    now: SystemTime,
-    validity: Duration,
-) -> Result<(OffsetDateTime, OffsetDateTime), CertError> {
+fn validity_window(now: SystemTime, validity: Duration) -> Result<(OffsetDateTime, OffsetDateTime), CertError> {
     if validity < Duration::from_secs(1) {
         return Err(CertError::InvalidValidity(format!(
             "validity must be at least one second, got {validity:?}"
         )));
     }
     let not_before = to_x509_time(now, "NotBefore (now)")?;
-    let end = now.checked_add(validity).ok_or_else(|| {
-        CertError::InvalidValidity(format!("now + {validity:?} overflows the clock"))
-    })?;
+    let end = now
+        .checked_add(validity)
+        .ok_or_else(|| CertError::InvalidValidity(format!("now + {validity:?} overflows the clock")))?;
     let not_after = to_x509_time(end, "NotAfter (now + validity)")?;
     Ok((not_before, not_after))
 }
@@ -129,10 +126,7 @@ fn base_params(
     params.not_before = not_before;
     params.not_after = not_after;
     params.serial_number = Some(random_serial()?);
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
     Ok(params)
 }
 
@@ -152,9 +146,7 @@ pub fn generate_ca(spec: &CaSpec, now: SystemTime) -> Result<CertPair, CertError
         KeyUsagePurpose::CrlSign,
     ];
     let key = generate_key(spec.key)?;
-    let cert = params
-        .self_signed(&key)
-        .map_err(rcgen_err("self-signing the CA"))?;
+    let cert = params.self_signed(&key).map_err(rcgen_err("self-signing the CA"))?;
     Ok(CertPair {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
@@ -179,19 +171,44 @@ fn ca_issuer(ca: &CertPair) -> Result<Issuer<'static, KeyPair>, CertError> {
     if key.public_key_raw() != ca_cert.public_key().subject_public_key.data.as_ref() {
         return Err(CertError::KeyMismatch);
     }
-    Issuer::from_ca_cert_der(&ca_der.as_slice().into(), key)
-        .map_err(rcgen_err("loading the CA certificate as issuer"))
+    Issuer::from_ca_cert_der(&ca_der.as_slice().into(), key).map_err(rcgen_err("loading the CA certificate as issuer"))
 }
 
 /// Generates a leaf certificate signed by `ca` (whose key is parsed from `ca.key_pem`; PKCS#8,
-/// PKCS#1 and SEC1 are accepted). The leaf is explicitly CA:false, has KeyUsage
-/// digitalSignature (+ keyEncipherment for RSA keys), ExtKeyUsage serverAuth + clientAuth,
-/// the given DNS/IP SANs, subject and authority key identifiers, and issuer = CA subject.
-pub fn generate_leaf(
+/// PKCS#1 and SEC1 are accepted) with a fresh `spec.key` key. The leaf is explicitly CA:false,
+/// has KeyUsage digitalSignature (+ keyEncipherment for RSA keys), ExtKeyUsage serverAuth +
+/// clientAuth, the given DNS/IP SANs, subject and authority key identifiers, and issuer = CA
+/// subject. NotBefore = `now`, NotAfter = `now + validity` (truncated to whole seconds).
+pub fn generate_leaf(ca: &CertPair, spec: &LeafSpec, now: SystemTime) -> Result<CertPair, CertError> {
+    let params = leaf_params(spec, now)?;
+    let issuer = ca_issuer(ca)?;
+    let key = generate_key(spec.key)?;
+    sign_leaf(ca, &params, &issuer, &key)
+}
+
+/// Like [`generate_leaf`], but certifies an existing private key (e.g. to renew a certificate
+/// without rotating its key). `key_pem` may be PKCS#8, PKCS#1 or SEC1 and must be of the
+/// `spec.key` algorithm; the returned `key_pem` is the same key as PKCS#8.
+pub fn generate_leaf_with_key(
     ca: &CertPair,
     spec: &LeafSpec,
+    key_pem: &str,
     now: SystemTime,
 ) -> Result<CertPair, CertError> {
+    let params = leaf_params(spec, now)?;
+    let issuer = ca_issuer(ca)?;
+    let key = load_signing_key(key_pem.as_bytes())?;
+    let actual = key_algorithm_of(&key)?;
+    if actual != spec.key {
+        return Err(CertError::InvalidKey(format!(
+            "the key is {actual} but the leaf spec asks for {}",
+            spec.key
+        )));
+    }
+    sign_leaf(ca, &params, &issuer, &key)
+}
+
+fn leaf_params(spec: &LeafSpec, now: SystemTime) -> Result<CertificateParams, CertError> {
     let mut params = base_params(&spec.common_name, spec.validity, now)?;
     params.is_ca = IsCa::ExplicitNoCa;
     params.use_authority_key_identifier_extension = true;
@@ -200,20 +217,25 @@ pub fn generate_leaf(
         params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
     }
     for name in &spec.dns_names {
-        let ia5 = name.as_str().try_into().map_err(|_| {
-            CertError::Generate(format!("DNS name {name:?} is not an ASCII (IA5) string"))
-        })?;
+        let ia5 = name
+            .as_str()
+            .try_into()
+            .map_err(|_| CertError::Generate(format!("DNS name {name:?} is not an ASCII (IA5) string")))?;
         params.subject_alt_names.push(SanType::DnsName(ia5));
     }
     params
         .subject_alt_names
         .extend(spec.ip_addresses.iter().copied().map(SanType::IpAddress));
+    Ok(params)
+}
 
-    let issuer = ca_issuer(ca)?;
-    let key = generate_key(spec.key)?;
-    let cert = params
-        .signed_by(&key, &issuer)
-        .map_err(rcgen_err("signing the leaf"))?;
+fn sign_leaf(
+    ca: &CertPair,
+    params: &CertificateParams,
+    issuer: &Issuer<'_, KeyPair>,
+    key: &KeyPair,
+) -> Result<CertPair, CertError> {
+    let cert = params.signed_by(key, issuer).map_err(rcgen_err("signing the leaf"))?;
     let pair = CertPair {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),

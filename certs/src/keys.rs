@@ -4,10 +4,13 @@
 //! forwarded because some of them quote bytes of their input.
 
 use rcgen::{KeyPair, PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256};
+use rsa::pkcs1::DecodeRsaPublicKey;
 use rsa::pkcs8::{DecodePrivateKey, EncodePrivateKey};
 use rsa::rand_core::OsRng;
-use rsa::RsaPrivateKey;
+use rsa::traits::PublicKeyParts;
+use rsa::{RsaPrivateKey, RsaPublicKey};
 
+use crate::algorithm::ALLOWED_NAMES;
 use crate::{CertError, KeyAlgorithm};
 
 /// DER of `AlgorithmIdentifier { rsaEncryption, NULL }`.
@@ -16,13 +19,12 @@ const RSA_ALG_ID: &[u8] = &[
 ];
 /// DER of `AlgorithmIdentifier { id-ecPublicKey, prime256v1 }`.
 const EC_P256_ALG_ID: &[u8] = &[
-    0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48,
-    0xce, 0x3d, 0x03, 0x01, 0x07,
+    0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03,
+    0x01, 0x07,
 ];
 /// DER of `AlgorithmIdentifier { id-ecPublicKey, secp384r1 }`.
 const EC_P384_ALG_ID: &[u8] = &[
-    0x30, 0x10, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x05, 0x2b, 0x81, 0x04,
-    0x00, 0x22,
+    0x30, 0x10, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22,
 ];
 
 fn invalid(reason: &str) -> CertError {
@@ -40,9 +42,8 @@ pub(crate) fn generate_key(alg: KeyAlgorithm) -> Result<KeyPair, CertError> {
             let pkcs8 = key
                 .to_pkcs8_der()
                 .map_err(|_| CertError::Generate(format!("RSA-{bits} PKCS#8 encoding failed")))?;
-            let pair = KeyPair::try_from(pkcs8.as_bytes()).map_err(|_| {
-                CertError::Generate(format!("RSA-{bits} key rejected by the signer"))
-            })?;
+            let pair = KeyPair::try_from(pkcs8.as_bytes())
+                .map_err(|_| CertError::Generate(format!("RSA-{bits} key rejected by the signer")))?;
             if pair.algorithm() != &PKCS_RSA_SHA256 {
                 return Err(CertError::Generate(format!(
                     "RSA-{bits} key loaded with an unexpected signature algorithm"
@@ -51,6 +52,23 @@ pub(crate) fn generate_key(alg: KeyAlgorithm) -> Result<KeyPair, CertError> {
             Ok(pair)
         }
     }
+}
+
+/// The [`KeyAlgorithm`] of a loaded key (only ECDSA P-256 and RSA 2048/3072/4096 qualify).
+pub(crate) fn key_algorithm_of(key: &KeyPair) -> Result<KeyAlgorithm, CertError> {
+    if key.algorithm() == &PKCS_ECDSA_P256_SHA256 {
+        return Ok(KeyAlgorithm::EcdsaP256);
+    }
+    if key.algorithm() == &PKCS_RSA_SHA256 {
+        let public = RsaPublicKey::from_pkcs1_der(key.public_key_raw())
+            .map_err(|_| invalid("cannot decode the RSA public key"))?;
+        let bits = u32::try_from(public.n().bits()).unwrap_or(u32::MAX);
+        return KeyAlgorithm::from_rsa_bits(bits);
+    }
+    Err(CertError::UnsupportedKeyAlgorithm {
+        value: "a key that is neither ECDSA P-256 nor RSA".to_string(),
+        allowed: ALLOWED_NAMES,
+    })
 }
 
 /// Encodes a DER length.
@@ -98,9 +116,7 @@ fn private_key_block(key_pem: &[u8]) -> Result<KeyDer, CertError> {
             "PRIVATE KEY" => return Ok(KeyDer::Pkcs8(block.into_contents())),
             "RSA PRIVATE KEY" => return Ok(KeyDer::Pkcs1(block.into_contents())),
             "EC PRIVATE KEY" => return Ok(KeyDer::Sec1(block.into_contents())),
-            "ENCRYPTED PRIVATE KEY" => {
-                return Err(invalid("encrypted private keys are not supported"))
-            }
+            "ENCRYPTED PRIVATE KEY" => return Err(invalid("encrypted private keys are not supported")),
             _ => {}
         }
     }
@@ -115,10 +131,7 @@ fn pkcs8_candidates(key: KeyDer) -> Vec<Vec<u8>> {
     match key {
         KeyDer::Pkcs8(der) => vec![der],
         KeyDer::Pkcs1(der) => vec![wrap_pkcs8(RSA_ALG_ID, &der)],
-        KeyDer::Sec1(der) => vec![
-            wrap_pkcs8(EC_P256_ALG_ID, &der),
-            wrap_pkcs8(EC_P384_ALG_ID, &der),
-        ],
+        KeyDer::Sec1(der) => vec![wrap_pkcs8(EC_P256_ALG_ID, &der), wrap_pkcs8(EC_P384_ALG_ID, &der)],
     }
 }
 
@@ -207,9 +220,7 @@ mod tests {
         // 30 len | 02 01 01 | 04 20 <32 bytes> | a1 ... (short-form lengths throughout)
         assert_eq!(&sec1[2..7], &[0x02, 0x01, 0x01, 0x04, 0x20]);
         let split = 2 + 3 + 34;
-        let params = [
-            0xa0, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
-        ];
+        let params = [0xa0, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
         let mut content = sec1[2..split].to_vec();
         content.extend_from_slice(&params);
         content.extend_from_slice(&sec1[split..]);
@@ -253,8 +264,7 @@ mod tests {
             format!("-----BEGIN RSA PRIVATE KEY-----\n{secret}==\n-----END RSA PRIVATE KEY-----\n"),
             format!("-----BEGIN EC PRIVATE KEY-----\nAAAA{secret}\n-----END EC PRIVATE KEY-----\n"),
             "-----BEGIN PRIVATE KEY-----\nMAA=\n-----END PRIVATE KEY-----\n".to_string(),
-            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMAA=\n-----END ENCRYPTED PRIVATE KEY-----\n"
-                .to_string(),
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMAA=\n-----END ENCRYPTED PRIVATE KEY-----\n".to_string(),
             "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n".to_string(),
         ];
         for input in &inputs {

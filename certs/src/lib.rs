@@ -11,8 +11,10 @@ mod keys;
 mod parse;
 mod verify;
 
+pub mod rotation;
+
 pub use algorithm::KeyAlgorithm;
 pub use error::CertError;
-pub use generate::{generate_ca, generate_leaf, CaSpec, CertPair, LeafSpec};
+pub use generate::{generate_ca, generate_leaf, generate_leaf_with_key, CaSpec, CertPair, LeafSpec};
 pub use parse::{expires_within, parse_bundle_pem, parse_cert_pem, pem_blocks_equal_certs, CertInfo};
 pub use verify::{check_key_matches_cert, check_key_pem, verify_signed_by};

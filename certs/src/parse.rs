@@ -49,8 +49,7 @@ pub(crate) fn first_cert_der(pem_bytes: &[u8]) -> Result<Vec<u8>, CertError> {
 
 /// Parses one DER certificate, rejecting trailing bytes.
 pub(crate) fn parse_der(der: &[u8]) -> Result<X509Certificate<'_>, CertError> {
-    let (rest, cert) =
-        x509_parser::parse_x509_certificate(der).map_err(|e| CertError::parse("certificate", e))?;
+    let (rest, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| CertError::parse("certificate", e))?;
     if !rest.is_empty() {
         return Err(CertError::parse(
             "certificate",
@@ -219,18 +218,10 @@ mod tests {
         assert!(expires_within(&c, at(2_000), Duration::ZERO));
         assert!(expires_within(&c, at(3_000), w));
         // One nanosecond before not_after with a zero window is still fine.
-        assert!(!expires_within(
-            &c,
-            at(2_000) - Duration::from_nanos(1),
-            Duration::ZERO
-        ));
+        assert!(!expires_within(&c, at(2_000) - Duration::from_nanos(1), Duration::ZERO));
         // Not yet valid.
         assert!(expires_within(&c, at(999), Duration::ZERO));
-        assert!(expires_within(
-            &c,
-            at(1_000) - Duration::from_nanos(1),
-            Duration::ZERO
-        ));
+        assert!(expires_within(&c, at(1_000) - Duration::from_nanos(1), Duration::ZERO));
         // Overflowing window.
         assert!(expires_within(&c, at(1_000), Duration::MAX));
     }

@@ -22,14 +22,27 @@ pub fn verify_signed_by(leaf_pem: &[u8], ca_pem: &[u8]) -> Result<(), CertError>
     if is_ca(&leaf)? {
         return Err(CertError::LeafIsCa);
     }
-    leaf.verify_signature(Some(ca.public_key()))
-        .map_err(|e| match e {
-            X509Error::SignatureVerificationError => CertError::BadSignature,
-            X509Error::SignatureUnsupportedAlgorithm => CertError::UnsupportedSignatureAlgorithm(
-                leaf.signature_algorithm.algorithm.to_id_string(),
-            ),
-            other => CertError::parse("certificate signature", other),
-        })?;
+    // RFC 5280 4.1.1.2: the outer (unsigned) algorithm must equal the signed one.
+    if leaf.signature_algorithm != leaf.tbs_certificate.signature {
+        return Err(CertError::parse(
+            "certificate",
+            "signatureAlgorithm differs from the TBS signature field",
+        ));
+    }
+    leaf.verify_signature(Some(ca.public_key())).map_err(|e| match e {
+        X509Error::SignatureVerificationError => CertError::BadSignature,
+        X509Error::SignatureUnsupportedAlgorithm => {
+            let sig_oid = leaf.signature_algorithm.algorithm.to_id_string();
+            let key_oid = ca.public_key().algorithm.algorithm.to_id_string();
+            match (sig_family(&sig_oid), key_family(&key_oid)) {
+                // e.g. an ECDSA signature checked against an RSA CA key: that CA did not
+                // sign this certificate.
+                (Some(sig), Some(key)) if sig != key => CertError::BadSignature,
+                _ => CertError::UnsupportedSignatureAlgorithm(sig_oid),
+            }
+        }
+        other => CertError::parse("certificate signature", other),
+    })?;
     if leaf.issuer().as_raw() != ca.subject().as_raw() {
         return Err(CertError::IssuerMismatch {
             issuer: leaf.issuer().to_string(),
@@ -37,6 +50,34 @@ pub fn verify_signed_by(leaf_pem: &[u8], ca_pem: &[u8]) -> Result<(), CertError>
         });
     }
     Ok(())
+}
+
+#[derive(PartialEq, Eq)]
+enum Family {
+    Ecdsa,
+    Rsa,
+    Ed25519,
+}
+
+fn sig_family(oid: &str) -> Option<Family> {
+    if oid.starts_with("1.2.840.10045.4.") {
+        Some(Family::Ecdsa)
+    } else if oid.starts_with("1.2.840.113549.1.1.") {
+        Some(Family::Rsa)
+    } else if oid == "1.3.101.112" {
+        Some(Family::Ed25519)
+    } else {
+        None
+    }
+}
+
+fn key_family(oid: &str) -> Option<Family> {
+    match oid {
+        "1.2.840.10045.2.1" => Some(Family::Ecdsa),
+        "1.2.840.113549.1.1.1" | "1.2.840.113549.1.1.10" => Some(Family::Rsa),
+        "1.3.101.112" => Some(Family::Ed25519),
+        _ => None,
+    }
 }
 
 /// Checks that `key_pem` parses as a private key: PKCS#8 `PRIVATE KEY`, PKCS#1

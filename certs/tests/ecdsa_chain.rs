@@ -4,14 +4,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use btp_certs::{
-    check_key_matches_cert, check_key_pem, expires_within, generate_ca, generate_leaf,
-    parse_bundle_pem, parse_cert_pem, pem_blocks_equal_certs, verify_signed_by, CaSpec, CertError,
-    CertPair, KeyAlgorithm, LeafSpec,
+    check_key_matches_cert, check_key_pem, expires_within, generate_ca, generate_leaf, generate_leaf_with_key,
+    parse_bundle_pem, parse_cert_pem, pem_blocks_equal_certs, verify_signed_by, CaSpec, CertError, CertPair,
+    KeyAlgorithm, LeafSpec,
 };
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::oid_registry::{
-    OID_SIG_ECDSA_WITH_SHA256, OID_X509_EXT_AUTHORITY_KEY_IDENTIFIER,
-    OID_X509_EXT_SUBJECT_KEY_IDENTIFIER,
+    OID_SIG_ECDSA_WITH_SHA256, OID_X509_EXT_AUTHORITY_KEY_IDENTIFIER, OID_X509_EXT_SUBJECT_KEY_IDENTIFIER,
 };
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -32,10 +31,7 @@ fn leaf_spec() -> LeafSpec {
             "btp-manager-webhook-service.kyma-system.svc".into(),
             "btp-manager-webhook-service.kyma-system.svc.cluster.local".into(),
         ],
-        ip_addresses: vec![
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            IpAddr::V6(Ipv6Addr::LOCALHOST),
-        ],
+        ip_addresses: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V6(Ipv6Addr::LOCALHOST)],
         validity: 30 * DAY,
         key: KeyAlgorithm::EcdsaP256,
     }
@@ -177,16 +173,14 @@ fn leaf_x509_details() {
     assert_eq!(cert.issuer().as_raw(), ca_cert.subject().as_raw());
     assert_eq!(cert.signature_algorithm.algorithm, OID_SIG_ECDSA_WITH_SHA256);
 
-    let ski_of = |c: &x509_parser::certificate::X509Certificate<'_>| {
-        match c
-            .get_extension_unique(&OID_X509_EXT_SUBJECT_KEY_IDENTIFIER)
-            .unwrap()
-            .unwrap()
-            .parsed_extension()
-        {
-            ParsedExtension::SubjectKeyIdentifier(id) => id.0.to_vec(),
-            other => panic!("unexpected {other:?}"),
-        }
+    let ski_of = |c: &x509_parser::certificate::X509Certificate<'_>| match c
+        .get_extension_unique(&OID_X509_EXT_SUBJECT_KEY_IDENTIFIER)
+        .unwrap()
+        .unwrap()
+        .parsed_extension()
+    {
+        ParsedExtension::SubjectKeyIdentifier(id) => id.0.to_vec(),
+        other => panic!("unexpected {other:?}"),
     };
     assert_ne!(ski_of(&cert), ski_of(&ca_cert));
     let aki = match cert
@@ -205,6 +199,28 @@ fn leaf_x509_details() {
         .general_names
         .iter()
         .any(|n| matches!(n, GeneralName::DNSName("btp-manager-webhook-service"))));
+}
+
+#[test]
+fn renewal_with_an_existing_key() {
+    let ca = new_ca();
+    let first = generate_leaf(&ca, &leaf_spec(), SystemTime::now()).unwrap();
+    let renewed = generate_leaf_with_key(&ca, &leaf_spec(), &first.key_pem, SystemTime::now()).unwrap();
+    assert_eq!(renewed.key_pem, first.key_pem);
+    assert_ne!(renewed.cert_pem, first.cert_pem);
+    check_key_matches_cert(renewed.cert_pem.as_bytes(), first.key_pem.as_bytes()).unwrap();
+    verify_signed_by(renewed.cert_pem.as_bytes(), ca.cert_pem.as_bytes()).unwrap();
+    let (a, b) = (
+        parse_cert_pem(first.cert_pem.as_bytes()).unwrap(),
+        parse_cert_pem(renewed.cert_pem.as_bytes()).unwrap(),
+    );
+    assert_ne!(a.serial_hex, b.serial_hex);
+    assert_eq!(a.dns_names, b.dns_names);
+    // Garbage key.
+    assert!(matches!(
+        generate_leaf_with_key(&ca, &leaf_spec(), "garbage", SystemTime::now()),
+        Err(CertError::InvalidKey(_))
+    ));
 }
 
 /// What a rustls-free consumer (e.g. a webhook client config check) would look at.
@@ -251,9 +267,7 @@ fn issuer_mismatch_is_reported_when_signature_verifies() {
     let key = rcgen::KeyPair::from_pem(&ca_a.key_pem).unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "ca-b");
+    params.distinguished_name.push(rcgen::DnType::CommonName, "ca-b");
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     let ca_b = params.self_signed(&key).unwrap().pem();
 
@@ -275,19 +289,13 @@ fn generate_leaf_rejects_bad_issuers() {
     let now = SystemTime::now();
 
     // A leaf is not a CA.
-    assert_eq!(
-        generate_leaf(&leaf, &leaf_spec(), now),
-        Err(CertError::NotACa)
-    );
+    assert_eq!(generate_leaf(&leaf, &leaf_spec(), now), Err(CertError::NotACa));
     // Key of another CA.
     let mixed = CertPair {
         cert_pem: ca.cert_pem.clone(),
         key_pem: other_ca.key_pem.clone(),
     };
-    assert_eq!(
-        generate_leaf(&mixed, &leaf_spec(), now),
-        Err(CertError::KeyMismatch)
-    );
+    assert_eq!(generate_leaf(&mixed, &leaf_spec(), now), Err(CertError::KeyMismatch));
     // Garbage key / certificate.
     let bad_key = CertPair {
         cert_pem: ca.cert_pem.clone(),
@@ -310,10 +318,7 @@ fn generate_leaf_rejects_bad_issuers() {
         dns_names: vec!["bücher.example".into()],
         ..leaf_spec()
     };
-    assert!(matches!(
-        generate_leaf(&ca, &spec, now),
-        Err(CertError::Generate(_))
-    ));
+    assert!(matches!(generate_leaf(&ca, &spec, now), Err(CertError::Generate(_))));
 }
 
 #[test]
@@ -331,10 +336,7 @@ fn invalid_validity_is_an_error_not_a_panic() {
             ..ca_spec(None)
         };
         let err = generate_ca(&spec, now).unwrap_err();
-        assert!(
-            matches!(err, CertError::InvalidValidity(_)),
-            "{validity:?}: {err}"
-        );
+        assert!(matches!(err, CertError::InvalidValidity(_)), "{validity:?}: {err}");
         let leaf = LeafSpec {
             validity,
             ..leaf_spec()
@@ -366,11 +368,7 @@ fn long_validity_uses_generalized_time() {
     assert_eq!(info.not_before, now);
     assert_eq!(info.not_after, now + spec.validity);
     // A fixed `now` is honoured as well: the certificate is not yet valid before it.
-    assert!(expires_within(
-        &info,
-        now - Duration::from_secs(1),
-        Duration::ZERO
-    ));
+    assert!(expires_within(&info, now - Duration::from_secs(1), Duration::ZERO));
     assert!(!expires_within(&info, now, DAY));
 }
 
@@ -399,21 +397,12 @@ fn bundles_parse_in_order_and_skip_other_blocks() {
     assert_eq!(infos.len(), 2);
     assert!(!infos[0].is_ca);
     assert!(infos[1].is_ca);
-    assert_eq!(
-        infos[0],
-        parse_cert_pem(leaf.cert_pem.as_bytes()).unwrap()
-    );
+    assert_eq!(infos[0], parse_cert_pem(leaf.cert_pem.as_bytes()).unwrap());
     // parse_cert_pem takes the first certificate.
     assert_eq!(parse_cert_pem(bundle.as_bytes()).unwrap(), infos[0]);
     // A key-only PEM has no certificate.
-    assert_eq!(
-        parse_bundle_pem(leaf.key_pem.as_bytes()),
-        Err(CertError::NoCertificate)
-    );
-    assert_eq!(
-        parse_cert_pem(leaf.key_pem.as_bytes()),
-        Err(CertError::NoCertificate)
-    );
+    assert_eq!(parse_bundle_pem(leaf.key_pem.as_bytes()), Err(CertError::NoCertificate));
+    assert_eq!(parse_cert_pem(leaf.key_pem.as_bytes()), Err(CertError::NoCertificate));
 }
 
 #[test]
@@ -433,15 +422,9 @@ fn pem_blocks_equal_certs_compares_der_sets() {
         &pem::Pem::new("CERTIFICATE", der),
         pem::EncodeConfig::new().set_line_wrap(4096),
     );
-    assert!(pem_blocks_equal_certs(
-        one_line.as_bytes(),
-        ca.cert_pem.as_bytes()
-    ));
+    assert!(pem_blocks_equal_certs(one_line.as_bytes(), ca.cert_pem.as_bytes()));
 
-    assert!(!pem_blocks_equal_certs(
-        ca.cert_pem.as_bytes(),
-        ab.as_bytes()
-    ));
+    assert!(!pem_blocks_equal_certs(ca.cert_pem.as_bytes(), ab.as_bytes()));
     assert!(!pem_blocks_equal_certs(
         ca.cert_pem.as_bytes(),
         leaf.cert_pem.as_bytes()
@@ -453,11 +436,7 @@ fn pem_blocks_equal_certs_compares_der_sets() {
 #[test]
 fn garbage_input_is_an_error_not_a_panic() {
     let ca = new_ca();
-    let b64: String = ca
-        .cert_pem
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .collect();
+    let b64: String = ca.cert_pem.lines().filter(|l| !l.starts_with("-----")).collect();
     let truncated_b64 = format!(
         "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
         &b64[..b64.len() / 2 + 1]
@@ -559,11 +538,7 @@ fn cert_pair_debug_redacts_the_key() {
 #[test]
 fn key_errors_do_not_leak_key_material() {
     let ca = new_ca();
-    let body: Vec<&str> = ca
-        .key_pem
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .collect();
+    let body: Vec<&str> = ca.key_pem.lines().filter(|l| !l.starts_with("-----")).collect();
     // Corrupt the key: flip a character in the middle of the base64.
     let mut corrupted = ca.key_pem.clone().into_bytes();
     let mid = corrupted.len() / 2;

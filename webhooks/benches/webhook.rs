@@ -1,1 +1,270 @@
-fn main() {}
+//! Webhook benchmark: the real HTTPS server on loopback, driven by concurrent keep-alive clients.
+//!
+//! For each case (an allowed review, a denied review, and a baseline route on the same server that returns
+//! a fixed response without decoding) it prints:
+//! - peak throughput: closed loop, `BTP_BENCH_CONNS` connections (default 16), each sending the next
+//!   request when the previous answer arrives, for `BTP_BENCH_SECS` seconds (default 3);
+//! - latency at a fixed rate: open loop at `BTP_BENCH_RATE` requests/s (default 2000) spread over the
+//!   connections; latency counts from the *scheduled* send time, so a stall is not hidden
+//!   (no coordinated omission).
+//!
+//! Run: `cargo bench -p btp-webhooks --bench webhook`. HTTP/2 by default; `BTP_BENCH_PROTO=http1` for
+//! HTTP/1.1.
+
+use axum::routing::post;
+use btp_certs::{generate_ca, generate_leaf, CaSpec, KeyAlgorithm, LeafSpec};
+use btp_webhooks::client::{tls_config, Connection, Protocol};
+use btp_webhooks::handlers::{FixedServiceCounter, WebhookState};
+use btp_webhooks::rules::{RulesConfig, ServiceCounts};
+use btp_webhooks::tls::{server_config, SwappableCert};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn review(namespace: &str, name: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "operator.kyma-project.io", "version": "v1alpha1", "kind": "BtpOperator"},
+            "resource": {"group": "operator.kyma-project.io", "version": "v1alpha1", "resource": "btpoperators"},
+            "requestKind": {"group": "operator.kyma-project.io", "version": "v1alpha1", "kind": "BtpOperator"},
+            "requestResource": {"group": "operator.kyma-project.io", "version": "v1alpha1", "resource": "btpoperators"},
+            "name": name, "namespace": namespace, "operation": "CREATE",
+            "userInfo": {"username": "admin", "uid": "admin-uid", "groups": ["system:masters", "system:authenticated"]},
+            "object": {
+                "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+                "metadata": {
+                    "name": name, "namespace": namespace, "creationTimestamp": null,
+                    "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"operator.kyma-project.io/v1alpha1\",\"kind\":\"BtpOperator\",\"metadata\":{\"annotations\":{},\"name\":\"btpoperator\",\"namespace\":\"kyma-system\"}}\n"},
+                    "managedFields": [{"apiVersion": "operator.kyma-project.io/v1alpha1", "fieldsType": "FieldsV1",
+                        "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}}},
+                        "manager": "kubectl-client-side-apply", "operation": "Update", "time": "2026-11-21T22:39:16Z"}]
+                }
+            },
+            "oldObject": null, "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": "kubectl-client-side-apply"}
+        }
+    })
+    .to_string()
+}
+
+struct Server {
+    addr: SocketAddr,
+    ca_pem: String,
+}
+
+/// The server runs on its own runtime (as it would in its own process).
+fn start_server() -> Server {
+    let now = SystemTime::now();
+    let ca = generate_ca(
+        &CaSpec {
+            common_name: Some("bench-ca".into()),
+            validity: Duration::from_secs(3600),
+            key: KeyAlgorithm::EcdsaP256,
+        },
+        now,
+    )
+    .expect("CA");
+    let leaf_spec = LeafSpec {
+        common_name: None,
+        dns_names: vec![],
+        ip_addresses: vec!["127.0.0.1".parse().expect("ip")],
+        validity: Duration::from_secs(3600),
+        key: KeyAlgorithm::EcdsaP256,
+    };
+    let leaf = generate_leaf(&ca, &leaf_spec, now).expect("leaf");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).expect("cert");
+            let tls = server_config(cert).expect("tls");
+            let state = WebhookState::new(RulesConfig::default(), Arc::new(FixedServiceCounter(Ok(ServiceCounts::default()))));
+            const FIXED: &[u8] = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","allowed":true}}"#;
+            let app = btp_webhooks::router(state).route(
+                "/baseline",
+                post(|| async { ([(http::header::CONTENT_TYPE, "application/json")], FIXED) }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            tx.send(listener.local_addr().expect("addr")).expect("send addr");
+            btp_webhooks::server::serve(listener, tls, app, std::future::pending()).await.expect("serve");
+        });
+    });
+    Server {
+        addr: rx.recv().expect("server start"),
+        ca_pem: ca.cert_pem,
+    }
+}
+
+struct Case {
+    name: &'static str,
+    path: &'static str,
+    body: String,
+    expect_allowed: bool,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+async fn connections(server: &Server, n: usize, protocol: Protocol) -> Vec<Connection> {
+    let tls = tls_config(server.ca_pem.as_bytes(), protocol).expect("tls");
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(
+            Connection::open(server.addr, "127.0.0.1", tls.clone(), protocol)
+                .await
+                .expect("connect"),
+        );
+    }
+    conns
+}
+
+async fn check(conn: &mut Connection, case: &Case) {
+    let reply = conn.post_json(case.path, case.body.clone()).await.expect("request");
+    assert_eq!(reply.status, 200, "{}", case.name);
+    if case.path != "/baseline" {
+        let v: serde_json::Value = serde_json::from_slice(&reply.body).expect("json");
+        assert_eq!(v["response"]["allowed"], case.expect_allowed, "{}: {v}", case.name);
+    }
+}
+
+/// Closed loop: returns (requests/s, latencies).
+async fn peak(server: &Server, case: &Case, conns: usize, secs: f64, protocol: Protocol) -> (f64, Vec<Duration>) {
+    let mut set = tokio::task::JoinSet::new();
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    for mut conn in connections(server, conns, protocol).await {
+        let body = bytes::Bytes::from(case.body.clone());
+        let path = case.path;
+        set.spawn(async move {
+            let mut lat = Vec::new();
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let reply = conn.post_json(path, body.clone()).await.expect("request");
+                assert_eq!(reply.status, 200);
+                lat.push(t.elapsed());
+            }
+            lat
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(r) = set.join_next().await {
+        all.extend(r.expect("task"));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort();
+    (all.len() as f64 / elapsed, all)
+}
+
+/// Open loop at `rate` requests/s: latency from the scheduled send time.
+async fn at_rate(
+    server: &Server,
+    case: &Case,
+    conns: usize,
+    rate: f64,
+    secs: f64,
+    protocol: Protocol,
+) -> (f64, Vec<Duration>, Duration) {
+    let per_conn_period = Duration::from_secs_f64(conns as f64 / rate);
+    let per_conn = (secs * rate / conns as f64) as u64;
+    let mut set = tokio::task::JoinSet::new();
+    let start = tokio::time::Instant::now() + Duration::from_millis(20);
+    for (i, mut conn) in connections(server, conns, protocol).await.into_iter().enumerate() {
+        let body = bytes::Bytes::from(case.body.clone());
+        let path = case.path;
+        // Stagger the connections evenly inside one period.
+        let offset = per_conn_period.mul_f64(i as f64 / conns as f64);
+        set.spawn(async move {
+            let mut lat = Vec::with_capacity(per_conn as usize);
+            let mut worst_lag = Duration::ZERO;
+            for k in 0..per_conn {
+                let scheduled = start + offset + per_conn_period.mul_f64(k as f64);
+                tokio::time::sleep_until(scheduled).await;
+                let sent = tokio::time::Instant::now();
+                worst_lag = worst_lag.max(sent - scheduled);
+                let reply = conn.post_json(path, body.clone()).await.expect("request");
+                assert_eq!(reply.status, 200);
+                lat.push(sent.elapsed());
+            }
+            (lat, worst_lag)
+        });
+    }
+    let mut all = Vec::new();
+    let mut worst_lag = Duration::ZERO;
+    while let Some(r) = set.join_next().await {
+        let (lat, lag) = r.expect("task");
+        all.extend(lat);
+        worst_lag = worst_lag.max(lag);
+    }
+    let achieved = all.len() as f64 / start.elapsed().as_secs_f64();
+    all.sort();
+    (achieved, all, worst_lag)
+}
+
+fn main() {
+    let secs: f64 = env("BTP_BENCH_SECS", 3.0);
+    let conns: usize = env("BTP_BENCH_CONNS", 16);
+    let rate: f64 = env("BTP_BENCH_RATE", 2000.0);
+    let protocol = match std::env::var("BTP_BENCH_PROTO").as_deref() {
+        Ok("http1") => Protocol::Http1,
+        _ => Protocol::Http2,
+    };
+    let server = start_server();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let cases = [
+            Case { name: "baseline (fixed response, no decoding)", path: "/baseline", body: review("kyma-system", "btpoperator"), expect_allowed: true },
+            Case { name: "allowed (kyma-system/btpoperator CREATE)", path: "/validate", body: review("kyma-system", "btpoperator"), expect_allowed: true },
+            Case { name: "denied (default/btpoperator CREATE)", path: "/validate", body: review("default", "btpoperator"), expect_allowed: false },
+        ];
+        println!("webhook bench: {protocol:?} over TLS, {conns} keep-alive connections, body {} bytes", cases[1].body.len());
+        let mut baseline_rps = 0.0;
+        for case in &cases {
+            let mut probe = connections(&server, 1, protocol).await;
+            check(&mut probe[0], case).await;
+            // Warm up.
+            let _ = peak(&server, case, conns, 0.5, protocol).await;
+            let (rps, lat) = peak(&server, case, conns, secs, protocol).await;
+            if case.path == "/baseline" {
+                baseline_rps = rps;
+            }
+            let (achieved, fixed, lag) = at_rate(&server, case, conns.min(8), rate, secs, protocol).await;
+            println!(
+                "webhook/{:<45} peak {:>8.0} req/s (p50 {}, p99 {}) = {:>5.1}% of baseline | at {:.0} req/s (achieved {:.0}): p50 {}, p99 {}, max {}, worst send lag {}",
+                case.name,
+                rps,
+                ms(percentile(&lat, 0.50)),
+                ms(percentile(&lat, 0.99)),
+                100.0 * rps / baseline_rps.max(1.0),
+                rate,
+                achieved,
+                ms(percentile(&fixed, 0.50)),
+                ms(percentile(&fixed, 0.99)),
+                ms(fixed.last().copied().unwrap_or_default()),
+                ms(lag),
+            );
+        }
+    });
+}

@@ -41,29 +41,20 @@ pub enum Protocol {
 }
 
 /// A TLS client configuration trusting exactly the certificates in `ca_pem`.
-pub fn tls_config(
-    ca_pem: &[u8],
-    protocol: Protocol,
-) -> Result<Arc<rustls::ClientConfig>, ClientError> {
+pub fn tls_config(ca_pem: &[u8], protocol: Protocol) -> Result<Arc<rustls::ClientConfig>, ClientError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem) {
         let cert = cert.map_err(|e| ClientError::CaBundle(e.to_string()))?;
-        roots
-            .add(cert)
-            .map_err(|e| ClientError::CaBundle(e.to_string()))?;
+        roots.add(cert).map_err(|e| ClientError::CaBundle(e.to_string()))?;
     }
     if roots.is_empty() {
-        return Err(ClientError::CaBundle(
-            "no certificate in the CA bundle".into(),
-        ));
+        return Err(ClientError::CaBundle("no certificate in the CA bundle".into()));
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| ClientError::CaBundle(e.to_string()))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::CaBundle(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     config.alpn_protocols = vec![match protocol {
         Protocol::Http1 => b"http/1.1".to_vec(),
         Protocol::Http2 => b"h2".to_vec(),
@@ -103,9 +94,8 @@ impl Connection {
         tls: Arc<rustls::ClientConfig>,
         protocol: Protocol,
     ) -> Result<Self, ClientError> {
-        let name = ServerName::try_from(server_name.to_owned()).map_err(|e| {
-            ClientError::Connect(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
-        })?;
+        let name = ServerName::try_from(server_name.to_owned())
+            .map_err(|e| ClientError::Connect(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
         let tcp = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(ClientError::Connect)?;
@@ -152,9 +142,7 @@ impl Connection {
     ) -> Result<Reply, ClientError> {
         let mut builder = http::Request::builder().method(method);
         builder = match &self.sender {
-            Sender::H1(_) => builder
-                .uri(path)
-                .header(http::header::HOST, &self.authority),
+            Sender::H1(_) => builder.uri(path).header(http::header::HOST, &self.authority),
             Sender::H2(_) => builder.uri(format!("https://{}{path}", self.authority)),
         };
         if let Some(ct) = content_type {
@@ -174,25 +162,12 @@ impl Connection {
         let status = response.status();
         let version = response.version();
         let body = response.into_body().collect().await?.to_bytes();
-        Ok(Reply {
-            status,
-            body,
-            version,
-        })
+        Ok(Reply { status, body, version })
     }
 
     /// POST a JSON body.
-    pub async fn post_json(
-        &mut self,
-        path: &str,
-        body: impl Into<Bytes>,
-    ) -> Result<Reply, ClientError> {
-        self.send(
-            http::Method::POST,
-            path,
-            Some("application/json"),
-            body.into(),
-        )
-        .await
+    pub async fn post_json(&mut self, path: &str, body: impl Into<Bytes>) -> Result<Reply, ClientError> {
+        self.send(http::Method::POST, path, Some("application/json"), body.into())
+            .await
     }
 }

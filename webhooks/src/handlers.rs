@@ -54,10 +54,7 @@ impl ServiceCounter for KubeServiceCounter {
                 self.count_kind(names::SERVICE_INSTANCES, "ServiceInstance"),
                 self.count_kind(names::SERVICE_BINDINGS, "ServiceBinding"),
             )?;
-            Ok(ServiceCounts {
-                instances,
-                bindings,
-            })
+            Ok(ServiceCounts { instances, bindings })
         })
     }
 }
@@ -145,23 +142,13 @@ pub fn router(state: WebhookState) -> Router {
             ),
         )
         .route("/healthz", get(|| async { "ok" }))
-        .fallback(|| async {
-            json_error(
-                StatusCode::NOT_FOUND,
-                "no such endpoint: use /validate or /mutate",
-            )
-        })
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such endpoint: use /validate or /mutate") })
         .with_state(state)
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
     let body = serde_json::json!({ "error": message, "code": status.as_u16() });
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 fn json_response(status: StatusCode, review: &impl serde::Serialize) -> Response {
@@ -195,34 +182,21 @@ async fn read_body(method: &Method, headers: &HeaderMap, body: Body) -> Result<B
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
-        return Err(ReviewError::TooLarge {
-            limit: MAX_BODY_BYTES,
-        });
+        return Err(ReviewError::TooLarge { limit: MAX_BODY_BYTES });
     }
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|e| {
-            // to_bytes reports an exceeded limit as an error whose source chain holds LengthLimitError.
-            if std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-                || e.to_string().contains("length limit")
-            {
-                ReviewError::TooLarge {
-                    limit: MAX_BODY_BYTES,
-                }
-            } else {
-                ReviewError::Body(e.to_string())
-            }
-        })
+    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|e| {
+        // to_bytes reports an exceeded limit as an error whose source chain holds LengthLimitError.
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+            || e.to_string().contains("length limit")
+        {
+            ReviewError::TooLarge { limit: MAX_BODY_BYTES }
+        } else {
+            ReviewError::Body(e.to_string())
+        }
+    })
 }
 
-async fn handle(
-    state: WebhookState,
-    webhook: Webhook,
-    method: Method,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+async fn handle(state: WebhookState, webhook: Webhook, method: Method, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let (response, verdict) = match read_body(&method, &headers, body).await {
         Err(error) => reject(webhook, Rejected { error, uid: None }),
@@ -250,10 +224,7 @@ async fn handle(
                             "allowed"
                         ),
                     }
-                    (
-                        json_response(StatusCode::OK, &review::respond(&req, verdict)),
-                        label,
-                    )
+                    (json_response(StatusCode::OK, &review::respond(&req, verdict)), label)
                 }
                 .instrument(span)
                 .await
@@ -269,19 +240,12 @@ async fn handle(
 fn reject(webhook: Webhook, rejected: Rejected) -> (Response, MetricVerdict) {
     tracing::info!(webhook = webhook.as_str(), uid = rejected.uid.as_deref().unwrap_or(""), error = %rejected.error, "bad admission request");
     (
-        json_response(
-            rejected.error.status(),
-            &review::respond_rejected(&rejected),
-        ),
+        json_response(rejected.error.status(), &review::respond_rejected(&rejected)),
         MetricVerdict::bad_request,
     )
 }
 
-async fn decide(
-    state: &WebhookState,
-    webhook: Webhook,
-    req: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
-) -> Verdict {
+async fn decide(state: &WebhookState, webhook: Webhook, req: &crate::object::Request) -> Verdict {
     match webhook {
         Webhook::Mutate => rules::mutate(req, &state.config),
         Webhook::Validate => {

@@ -11,6 +11,7 @@ pub mod client;
 pub mod handlers;
 pub mod manifests;
 pub mod metrics;
+pub mod object;
 pub mod review;
 pub mod rules;
 pub mod server;

@@ -16,8 +16,8 @@
 
 use btp_api::names::{self, webhook};
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
-    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::ByteString;
@@ -85,10 +85,7 @@ impl WebhookManifests {
 
     fn labels() -> BTreeMap<String, String> {
         BTreeMap::from([
-            (
-                names::MANAGED_BY_LABEL.into(),
-                names::MANAGED_BY_BTP_MANAGER.into(),
-            ),
+            (names::MANAGED_BY_LABEL.into(), names::MANAGED_BY_BTP_MANAGER.into()),
             (names::MODULE_LABEL.into(), names::MODULE_NAME.into()),
         ])
     }
@@ -126,10 +123,7 @@ impl WebhookManifests {
     fn secret_match_conditions(&self) -> Vec<MatchCondition> {
         vec![MatchCondition {
             name: "required-secret-only".into(),
-            expression: format!(
-                "object.metadata.name == '{}'",
-                self.secret_name.replace('\'', "")
-            ),
+            expression: format!("object.metadata.name == '{}'", self.secret_name.replace('\'', "")),
         }]
     }
 
@@ -161,11 +155,7 @@ impl WebhookManifests {
                 ValidatingWebhook {
                     namespace_selector: Some(self.secret_namespace_selector()),
                     match_conditions: Some(self.secret_match_conditions()),
-                    ..common(
-                        "vsecret.operator.kyma-project.io",
-                        Self::secret_rule(),
-                        "Ignore",
-                    )
+                    ..common("vsecret.operator.kyma-project.io", Self::secret_rule(), "Ignore")
                 },
             ]),
         }
@@ -200,11 +190,7 @@ impl WebhookManifests {
                 MutatingWebhook {
                     namespace_selector: Some(self.secret_namespace_selector()),
                     match_conditions: Some(self.secret_match_conditions()),
-                    ..common(
-                        "msecret.operator.kyma-project.io",
-                        Self::secret_rule(),
-                        "Ignore",
-                    )
+                    ..common("msecret.operator.kyma-project.io", Self::secret_rule(), "Ignore")
                 },
             ]),
         }
@@ -212,10 +198,8 @@ impl WebhookManifests {
 
     /// Both configurations as one multi-document YAML (what `deploy/webhooks.yaml` holds).
     pub fn to_yaml(&self) -> Result<String, serde_yaml_ng::Error> {
-        let mut validating =
-            serde_json::to_value(self.validating()).map_err(serde_yaml_ng::Error::custom)?;
-        let mut mutating =
-            serde_json::to_value(self.mutating()).map_err(serde_yaml_ng::Error::custom)?;
+        let mut validating = serde_json::to_value(self.validating()).map_err(serde_yaml_ng::Error::custom)?;
+        let mut mutating = serde_json::to_value(self.mutating()).map_err(serde_yaml_ng::Error::custom)?;
         for (doc, kind) in [
             (&mut validating, "ValidatingWebhookConfiguration"),
             (&mut mutating, "MutatingWebhookConfiguration"),
@@ -247,21 +231,14 @@ mod tests {
             assert!(h.timeout_seconds.unwrap() <= 10);
             let svc = h.client_config.service.as_ref().unwrap();
             assert_eq!(
-                (
-                    svc.name.as_str(),
-                    svc.namespace.as_str(),
-                    svc.path.as_deref()
-                ),
+                (svc.name.as_str(), svc.namespace.as_str(), svc.path.as_deref()),
                 (webhook::SERVICE_NAME, "kyma-system", Some("/validate"))
             );
         }
         assert_eq!(hooks[0].failure_policy.as_deref(), Some("Fail"));
         assert_eq!(hooks[1].failure_policy.as_deref(), Some("Ignore"));
         let secret_rule = &hooks[1].rules.as_ref().unwrap()[0];
-        assert_eq!(
-            secret_rule.operations.as_deref().unwrap(),
-            ["CREATE", "UPDATE"]
-        );
+        assert_eq!(secret_rule.operations.as_deref().unwrap(), ["CREATE", "UPDATE"]);
         assert_eq!(secret_rule.resources.as_deref().unwrap(), ["secrets"]);
         let selector = hooks[1]
             .namespace_selector
@@ -277,10 +254,7 @@ mod tests {
 
         let mutating = m.mutating().webhooks.unwrap();
         assert_eq!(
-            mutating[0].rules.as_ref().unwrap()[0]
-                .operations
-                .as_deref()
-                .unwrap(),
+            mutating[0].rules.as_ref().unwrap()[0].operations.as_deref().unwrap(),
             ["CREATE"]
         );
         assert!(mutating
@@ -296,10 +270,7 @@ mod tests {
             ..WebhookManifests::in_cluster("kyma-system")
         };
         for h in m.mutating().webhooks.unwrap() {
-            assert_eq!(
-                h.client_config.url.as_deref(),
-                Some("https://127.0.0.1:9443/mutate")
-            );
+            assert_eq!(h.client_config.url.as_deref(), Some("https://127.0.0.1:9443/mutate"));
             assert!(h.client_config.service.is_none());
             assert_eq!(h.client_config.ca_bundle.as_ref().unwrap().0, b"PEM");
         }

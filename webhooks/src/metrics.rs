@@ -48,9 +48,7 @@ impl WebhookMetrics {
     /// Create and register in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let duration = Family::<Labels, Histogram>::new_with_constructor(|| {
-            Histogram::new([
-                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0,
-            ])
+            Histogram::new([0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0])
         });
         registry.register(
             "btpmanager_webhook_request_duration_seconds",

@@ -3,9 +3,8 @@
 //! Every malformed input maps to a [`ReviewError`] with a 4xx status and a message that says what is
 //! wrong; the request `uid` is echoed whenever it can be read, even from a body that does not decode.
 
+use crate::object::Request;
 use crate::rules::Verdict;
-use kube::core::admission::{AdmissionRequest, AdmissionReview};
-use kube::core::DynamicObject;
 
 /// The only `apiVersion` accepted (the manager's webhook configurations ask for `v1` only).
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -60,9 +59,7 @@ impl ReviewError {
             ReviewError::MethodNotAllowed(_) => S::METHOD_NOT_ALLOWED,
             ReviewError::UnsupportedMediaType(_) => S::UNSUPPORTED_MEDIA_TYPE,
             ReviewError::TooLarge { .. } => S::PAYLOAD_TOO_LARGE,
-            ReviewError::Body(_) | ReviewError::NotJson(_) | ReviewError::MissingRequest => {
-                S::BAD_REQUEST
-            }
+            ReviewError::Body(_) | ReviewError::NotJson(_) | ReviewError::MissingRequest => S::BAD_REQUEST,
             ReviewError::WrongType { .. } | ReviewError::BadRequest(_) => S::BAD_REQUEST,
         }
     }
@@ -77,24 +74,37 @@ pub struct Rejected {
     pub uid: Option<String>,
 }
 
+/// The incoming review. Our own top level (kube's `AdmissionReview` flattens `TypeMeta`, which makes
+/// serde buffer the whole body before decoding it); the request inside is kube's typed one.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IncomingReview {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    request: Option<Request>,
+}
+
 /// Decode a body into an admission request.
 ///
 /// The fast path is a single typed parse. Only when it fails is the body parsed a second time, as an
 /// untyped value, to find out what exactly is wrong and to recover the `uid`.
-pub fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Rejected> {
-    match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
+pub fn decode(body: &[u8]) -> Result<Request, Rejected> {
+    match serde_json::from_slice::<IncomingReview>(body) {
         Ok(review) => {
             let uid = review.request.as_ref().map(|r| r.uid.clone());
-            if review.types.api_version != API_VERSION || review.types.kind != KIND {
+            if review.api_version != API_VERSION || review.kind != KIND {
                 return Err(Rejected {
                     error: ReviewError::WrongType {
-                        api_version: review.types.api_version,
-                        kind: review.types.kind,
+                        api_version: review.api_version,
+                        kind: review.kind,
                     },
                     uid,
                 });
             }
-            review.try_into().map_err(|_| Rejected {
+            review.request.ok_or(Rejected {
                 error: ReviewError::MissingRequest,
                 uid: None,
             })
@@ -113,12 +123,7 @@ fn diagnose(body: &[u8], typed_error: serde_json::Error) -> Rejected {
             }
         }
     };
-    let str_at = |ptr: &str| {
-        value
-            .pointer(ptr)
-            .and_then(|v| v.as_str())
-            .map(str::to_owned)
-    };
+    let str_at = |ptr: &str| value.pointer(ptr).and_then(|v| v.as_str()).map(str::to_owned);
     let uid = str_at("/request/uid");
     let api_version = str_at("/apiVersion").unwrap_or_default();
     let kind = str_at("/kind").unwrap_or_default();
@@ -191,7 +196,7 @@ impl ResponseReview {
 }
 
 /// The response review for a verdict on `req`.
-pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> ResponseReview {
+pub fn respond(req: &Request, verdict: Verdict) -> ResponseReview {
     use base64::Engine as _;
     let mut response = Response {
         uid: req.uid.clone(),
@@ -202,11 +207,7 @@ pub fn respond(req: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> Respo
         warnings: verdict.warnings,
     };
     if let Some(denial) = verdict.denial {
-        let reason = if denial.code == 403 {
-            "Forbidden"
-        } else {
-            "Invalid"
-        };
+        let reason = if denial.code == 403 { "Forbidden" } else { "Invalid" };
         response.status = Some(ResponseStatus {
             code: denial.code,
             reason: reason.into(),

@@ -4,11 +4,11 @@
 //! rule, counts of ServiceInstances/ServiceBindings) and translates the [`Verdict`] into an
 //! `AdmissionReview` response. Messages name keys, names and namespaces, never a secret value.
 
+use crate::object::{AdmittedObject, Request};
 use base64::Engine as _;
 use btp_api::names;
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
-use kube::core::admission::{AdmissionRequest, Operation};
-use kube::core::DynamicObject;
+use kube::core::admission::Operation;
 use serde_json::{Map, Value};
 
 /// Where the rules look for the objects they guard. Mirrors the manager's `--chart-namespace` and
@@ -90,7 +90,7 @@ pub enum Subject {
 }
 
 /// Classify a request.
-pub fn subject(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> Subject {
+pub fn subject(req: &Request, config: &RulesConfig) -> Subject {
     if req.kind.group == names::GROUP && req.kind.kind == names::KIND {
         Subject::BtpOperator
     } else if req.kind.group.is_empty()
@@ -122,25 +122,21 @@ fn is_valid_btp_operator(namespace: Option<&str>, name: &str) -> bool {
 
 /// Whether [`validate`] needs ServiceInstance/ServiceBinding counts for this request: a DELETE of the
 /// valid CR that is not labelled `force-delete: "true"`. The handler fetches counts only then.
-pub fn needs_service_counts(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> bool {
+pub fn needs_service_counts(req: &Request, config: &RulesConfig) -> bool {
     subject(req, config) == Subject::BtpOperator
         && req.operation == Operation::Delete
         && is_valid_btp_operator(req.namespace.as_deref(), &req.name)
         && !force_delete(req.old_object.as_ref())
 }
 
-fn force_delete(obj: Option<&DynamicObject>) -> bool {
+fn force_delete(obj: Option<&AdmittedObject>) -> bool {
     obj.and_then(|o| o.metadata.labels.as_ref())
         .and_then(|l| l.get(names::FORCE_DELETE_LABEL))
         .is_some_and(|v| v == "true")
 }
 
 /// The validating webhook. `counts` is consulted only when [`needs_service_counts`] is true.
-pub fn validate(
-    req: &AdmissionRequest<DynamicObject>,
-    config: &RulesConfig,
-    counts: Option<&ServiceCountResult>,
-) -> Verdict {
+pub fn validate(req: &Request, config: &RulesConfig, counts: Option<&ServiceCountResult>) -> Verdict {
     match subject(req, config) {
         Subject::BtpOperator => validate_btp_operator(req, config, counts),
         Subject::RequiredSecret => validate_secret(req, config),
@@ -148,11 +144,7 @@ pub fn validate(
     }
 }
 
-fn validate_btp_operator(
-    req: &AdmissionRequest<DynamicObject>,
-    config: &RulesConfig,
-    counts: Option<&ServiceCountResult>,
-) -> Verdict {
+fn validate_btp_operator(req: &Request, config: &RulesConfig, counts: Option<&ServiceCountResult>) -> Verdict {
     match req.operation {
         Operation::Create => {
             let namespace = req.namespace.as_deref().unwrap_or("");
@@ -213,14 +205,14 @@ enum SecretValue {
     NotBase64,
 }
 
-fn secret_value(obj: &DynamicObject, key: &str) -> SecretValue {
-    if let Some(v) = obj.data.get("stringData").and_then(|d| d.get(key)) {
+fn secret_value(obj: &AdmittedObject, key: &str) -> SecretValue {
+    if let Some(v) = obj.string_data.as_ref().and_then(|d| d.get(key)) {
         return match v.as_str() {
             Some(s) => SecretValue::Present(s.as_bytes().to_vec()),
             None => SecretValue::NotBase64,
         };
     }
-    match obj.data.get("data").and_then(|d| d.get(key)) {
+    match obj.data.as_ref().and_then(|d| d.get(key)) {
         None | Some(Value::Null) => SecretValue::Missing,
         Some(Value::String(s)) => match base64::engine::general_purpose::STANDARD.decode(s) {
             Ok(bytes) => SecretValue::Present(bytes),
@@ -231,8 +223,7 @@ fn secret_value(obj: &DynamicObject, key: &str) -> SecretValue {
 }
 
 fn is_blank(bytes: &[u8]) -> bool {
-    bytes.iter().all(|b| b.is_ascii_whitespace())
-        || std::str::from_utf8(bytes).is_ok_and(|s| s.trim().is_empty())
+    bytes.iter().all(|b| b.is_ascii_whitespace()) || std::str::from_utf8(bytes).is_ok_and(|s| s.trim().is_empty())
 }
 
 /// Whether `value` is an absolute `https` URL with a host.
@@ -246,7 +237,7 @@ fn is_https_url(value: &[u8]) -> bool {
     }
 }
 
-fn is_labelled_for_manager(obj: &DynamicObject) -> bool {
+fn is_labelled_for_manager(obj: &AdmittedObject) -> bool {
     obj.metadata
         .labels
         .as_ref()
@@ -254,7 +245,7 @@ fn is_labelled_for_manager(obj: &DynamicObject) -> bool {
         .is_some_and(|v| names::MANAGED_BY_VISIBLE.contains(&v.as_str()))
 }
 
-fn validate_secret(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> Verdict {
+fn validate_secret(req: &Request, config: &RulesConfig) -> Verdict {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Verdict::allow();
     }
@@ -317,16 +308,14 @@ fn validate_secret(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) 
 }
 
 /// The mutating webhook. Idempotent: applied to its own output it returns no patch.
-pub fn mutate(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> Verdict {
+pub fn mutate(req: &Request, config: &RulesConfig) -> Verdict {
     let patch = match (subject(req, config), &req.operation, req.object.as_ref()) {
         (Subject::BtpOperator, Operation::Create, Some(obj))
             if is_valid_btp_operator(req.namespace.as_deref(), &req.name) =>
         {
             add_finalizer(obj)
         }
-        (Subject::RequiredSecret, Operation::Create | Operation::Update, Some(obj)) => {
-            trim_secret_values(obj)
-        }
+        (Subject::RequiredSecret, Operation::Create | Operation::Update, Some(obj)) => trim_secret_values(obj),
         _ => vec![],
     };
     Verdict {
@@ -335,7 +324,7 @@ pub fn mutate(req: &AdmissionRequest<DynamicObject>, config: &RulesConfig) -> Ve
     }
 }
 
-fn add_finalizer(obj: &DynamicObject) -> Vec<PatchOperation> {
+fn add_finalizer(obj: &AdmittedObject) -> Vec<PatchOperation> {
     match obj.metadata.finalizers.as_ref() {
         Some(f) if f.iter().any(|f| f == names::FINALIZER) => vec![],
         Some(_) => vec![PatchOperation::Add(AddOperation {
@@ -356,20 +345,12 @@ fn trim_bytes(bytes: &[u8]) -> &[u8] {
     }
 }
 
-fn trim_secret_values(obj: &DynamicObject) -> Vec<PatchOperation> {
+fn trim_secret_values(obj: &AdmittedObject) -> Vec<PatchOperation> {
     let b64 = &base64::engine::general_purpose::STANDARD;
     let mut ops = Vec::new();
     let empty = Map::new();
-    let data = obj
-        .data
-        .get("data")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let string_data = obj
-        .data
-        .get("stringData")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
+    let data = obj.data.as_ref().unwrap_or(&empty);
+    let string_data = obj.string_data.as_ref().unwrap_or(&empty);
     for key in names::REQUIRED_SECRET_KEYS {
         if let Some(encoded) = data.get(key).and_then(Value::as_str) {
             if let Ok(raw) = b64.decode(encoded) {

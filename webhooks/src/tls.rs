@@ -50,8 +50,7 @@ pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Tl
         return Err(TlsError::NoCertificate);
     }
     // The pem error type can quote input; report only its kind.
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::BadKey(pem_error_kind(&e)))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::BadKey(pem_error_kind(&e)))?;
     let provider = ring::default_provider();
     let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|e| match e {
         rustls::Error::InconsistentKeys(k) => TlsError::KeyMismatch(format!("{k:?}")),
@@ -123,15 +122,12 @@ impl ResolvesServerCert for SwappableCert {
 
 /// The rustls server configuration: TLS 1.3 and 1.2 only, ALPN `h2` then `http/1.1`, certificate from
 /// `resolver`.
-pub fn server_config(
-    resolver: Arc<dyn ResolvesServerCert>,
-) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let mut config =
-        rustls::ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| TlsError::Config(e.to_string()))?
-            .with_no_client_auth()
-            .with_cert_resolver(resolver);
+pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -194,13 +190,8 @@ impl CertDir {
                 }
             };
             let served = target.current();
-            let on_disk = CertificateDer::pem_slice_iter(&cert)
-                .next()
-                .and_then(Result::ok);
-            if on_disk
-                .as_ref()
-                .is_some_and(|der| served.cert.first() == Some(der))
-            {
+            let on_disk = CertificateDer::pem_slice_iter(&cert).next().and_then(Result::ok);
+            if on_disk.as_ref().is_some_and(|der| served.cert.first() == Some(der)) {
                 continue;
             }
             match target.set_pem(&cert, &key) {

@@ -129,10 +129,7 @@ async fn run_all(protocol: Protocol) {
         assert_eq!(response["allowed"], expect.allowed, "{name}: {response}");
         let message = response["status"]["message"].as_str().unwrap_or("");
         for part in expect.message {
-            assert!(
-                message.contains(part),
-                "{name}: message {message:?} lacks {part:?}"
-            );
+            assert!(message.contains(part), "{name}: message {message:?} lacks {part:?}");
         }
         if !expect.allowed {
             // No credential value ever appears in a message.
@@ -141,10 +138,7 @@ async fn run_all(protocol: Protocol) {
                 "dummy-client-id",
                 "service-manager.example.com",
             ] {
-                assert!(
-                    !message.contains(secret_value),
-                    "{name}: value leaked: {message}"
-                );
+                assert!(!message.contains(secret_value), "{name}: value leaked: {message}");
             }
         }
         let warnings: Vec<&str> = response["warnings"]
@@ -152,10 +146,7 @@ async fn run_all(protocol: Protocol) {
             .map(|w| w.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         if expect.warnings.is_empty() {
-            assert!(
-                warnings.is_empty(),
-                "{name}: unexpected warnings {warnings:?}"
-            );
+            assert!(warnings.is_empty(), "{name}: unexpected warnings {warnings:?}");
         } else {
             assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
             for part in expect.warnings {
@@ -167,10 +158,7 @@ async fn run_all(protocol: Protocol) {
             }
         }
         match expect.patch {
-            None => assert!(
-                response.get("patch").is_none(),
-                "{name}: unexpected patch {response}"
-            ),
+            None => assert!(response.get("patch").is_none(), "{name}: unexpected patch {response}"),
             Some(expected) => {
                 assert_eq!(response["patchType"], "JSONPatch", "{name}");
                 let raw = base64::engine::general_purpose::STANDARD
@@ -181,8 +169,7 @@ async fn run_all(protocol: Protocol) {
                 // The patch applies to the recorded object.
                 let mut object = fixture["review"]["request"]["object"].clone();
                 let ops: json_patch::Patch = serde_json::from_value(patch).unwrap();
-                json_patch::patch(&mut object, &ops)
-                    .unwrap_or_else(|e| panic!("{name}: patch does not apply: {e}"));
+                json_patch::patch(&mut object, &ops).unwrap_or_else(|e| panic!("{name}: patch does not apply: {e}"));
             }
         }
     }
@@ -205,8 +192,7 @@ async fn recorded_reviews_over_http2() {
 async fn delete_without_force_delete_warns() {
     let server = TestServer::start().await;
     let mut conn = server.connect(Protocol::Http2).await;
-    let file =
-        fixtures_dir().join("042-validating-btpoperator-delete-kyma-system-btpoperator.json");
+    let file = fixtures_dir().join("042-validating-btpoperator-delete-kyma-system-btpoperator.json");
     let mut fixture: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
     fixture["review"]["request"]["oldObject"]["metadata"]["labels"] = json!({});
     let reply = conn

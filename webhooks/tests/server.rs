@@ -31,10 +31,7 @@ fn assert_rejected(status: u16, body: &Value, code: u16, message_part: &str, uid
     assert_eq!(body["response"]["allowed"], false, "{body}");
     assert_eq!(body["response"]["uid"], uid, "{body}");
     let message = body["response"]["status"]["message"].as_str().unwrap_or("");
-    assert!(
-        message.contains(message_part),
-        "{message:?} lacks {message_part:?}"
-    );
+    assert!(message.contains(message_part), "{message:?} lacks {message_part:?}");
 }
 
 #[tokio::test]
@@ -43,41 +40,17 @@ async fn bad_input_gets_a_4xx_with_a_clear_message_and_the_uid_when_readable() {
     for protocol in [Protocol::Http1, Protocol::Http2] {
         let mut conn = server.connect(protocol).await;
 
-        let (s, b) = post_raw(
-            &mut conn,
-            "/validate",
-            Some("application/json"),
-            "{not json",
-        )
-        .await;
+        let (s, b) = post_raw(&mut conn, "/validate", Some("application/json"), "{not json").await;
         assert_rejected(s, &b, 400, "request body is not JSON", "");
 
         let mut review = btp_review("CREATE", "kyma-system", "btpoperator", "uid-v1beta1");
         review["apiVersion"] = json!("admission.k8s.io/v1beta1");
-        let (s, b) = post_raw(
-            &mut conn,
-            "/validate",
-            Some("application/json"),
-            review.to_string(),
-        )
-        .await;
-        assert_rejected(
-            s,
-            &b,
-            400,
-            "expected apiVersion \"admission.k8s.io/v1\"",
-            "uid-v1beta1",
-        );
+        let (s, b) = post_raw(&mut conn, "/validate", Some("application/json"), review.to_string()).await;
+        assert_rejected(s, &b, 400, "expected apiVersion \"admission.k8s.io/v1\"", "uid-v1beta1");
 
         let mut review = btp_review("CREATE", "kyma-system", "btpoperator", "uid-kind");
         review["kind"] = json!("ConversionReview");
-        let (s, b) = post_raw(
-            &mut conn,
-            "/mutate",
-            Some("application/json"),
-            review.to_string(),
-        )
-        .await;
+        let (s, b) = post_raw(&mut conn, "/mutate", Some("application/json"), review.to_string()).await;
         assert_rejected(
             s,
             &b,
@@ -87,65 +60,26 @@ async fn bad_input_gets_a_4xx_with_a_clear_message_and_the_uid_when_readable() {
         );
 
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"});
-        let (s, b) = post_raw(
-            &mut conn,
-            "/validate",
-            Some("application/json"),
-            review.to_string(),
-        )
-        .await;
+        let (s, b) = post_raw(&mut conn, "/validate", Some("application/json"), review.to_string()).await;
         assert_rejected(s, &b, 400, "AdmissionReview has no request", "");
 
         let mut review = btp_review("CREATE", "kyma-system", "btpoperator", "uid-object");
         review["request"]["object"] = json!("a string is not an object");
-        let (s, b) = post_raw(
-            &mut conn,
-            "/validate",
-            Some("application/json"),
-            review.to_string(),
-        )
-        .await;
-        assert_rejected(
-            s,
-            &b,
-            400,
-            "AdmissionReview request does not decode",
-            "uid-object",
-        );
+        let (s, b) = post_raw(&mut conn, "/validate", Some("application/json"), review.to_string()).await;
+        assert_rejected(s, &b, 400, "AdmissionReview request does not decode", "uid-object");
 
         let mut review = btp_review("CREATE", "kyma-system", "btpoperator", "uid-op");
         review["request"]["operation"] = json!("EXPLODE");
-        let (s, b) = post_raw(
-            &mut conn,
-            "/validate",
-            Some("application/json"),
-            review.to_string(),
-        )
-        .await;
+        let (s, b) = post_raw(&mut conn, "/validate", Some("application/json"), review.to_string()).await;
         assert_rejected(s, &b, 400, "does not decode", "uid-op");
 
         let review = btp_review("CREATE", "kyma-system", "btpoperator", "uid-ct");
-        let (s, b) = post_raw(
-            &mut conn,
-            "/validate",
-            Some("text/plain"),
-            review.to_string(),
-        )
-        .await;
-        assert_rejected(
-            s,
-            &b,
-            415,
-            "content type \"text/plain\" is not supported",
-            "",
-        );
+        let (s, b) = post_raw(&mut conn, "/validate", Some("text/plain"), review.to_string()).await;
+        assert_rejected(s, &b, 415, "content type \"text/plain\" is not supported", "");
         let (s, b) = post_raw(&mut conn, "/validate", None, review.to_string()).await;
         assert_rejected(s, &b, 415, "(none)", "");
 
-        let reply = conn
-            .send(Method::GET, "/validate", None, Bytes::new())
-            .await
-            .unwrap();
+        let reply = conn.send(Method::GET, "/validate", None, Bytes::new()).await.unwrap();
         assert_eq!(reply.status, 405);
         let b: Value = serde_json::from_slice(&reply.body).unwrap();
         assert!(b["response"]["status"]["message"]
@@ -214,10 +148,7 @@ async fn tls_needs_the_right_ca_and_offers_both_http_versions() {
 
     for protocol in [Protocol::Http1, Protocol::Http2] {
         let mut conn = server.connect(protocol).await;
-        let reply = conn
-            .send(Method::GET, "/healthz", None, Bytes::new())
-            .await
-            .unwrap();
+        let reply = conn.send(Method::GET, "/healthz", None, Bytes::new()).await.unwrap();
         assert_eq!(reply.status, 200);
         assert_eq!(
             reply.version,
@@ -234,13 +165,11 @@ async fn tls_needs_the_right_ca_and_offers_both_http_versions() {
     for c in rustls::pki_types::CertificateDer::pem_slice_iter(server.ca.cert_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
     }
-    let mut tls12 = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS12])
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let mut tls12 = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     tls12.alpn_protocols = vec![b"http/1.1".to_vec()];
     let mut conn = Connection::open(server.addr, "127.0.0.1", Arc::new(tls12), Protocol::Http1)
         .await
@@ -293,24 +222,20 @@ async fn rotation_under_load_drops_nothing_and_new_connections_get_the_new_certi
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 // A fresh connection every 20 requests; keep-alive in between.
-                let mut conn =
-                    match Connection::open(addr, "127.0.0.1", tls.clone(), protocol).await {
-                        Ok(c) => c,
-                        Err(e) => {
-                            failures.lock().unwrap().push(format!("connect: {e}"));
-                            continue;
-                        }
-                    };
+                let mut conn = match Connection::open(addr, "127.0.0.1", tls.clone(), protocol).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        failures.lock().unwrap().push(format!("connect: {e}"));
+                        continue;
+                    }
+                };
                 for _ in 0..20 {
                     n += 1;
                     match conn.post_json("/validate", body.clone()).await {
                         Ok(r) if r.status == 200 => {
                             ok.fetch_add(1, Ordering::Relaxed);
                         }
-                        Ok(r) => failures
-                            .lock()
-                            .unwrap()
-                            .push(format!("status {}", r.status)),
+                        Ok(r) => failures.lock().unwrap().push(format!("status {}", r.status)),
                         Err(e) => failures.lock().unwrap().push(format!("request {n}: {e}")),
                     }
                 }
@@ -350,14 +275,10 @@ async fn rotation_under_load_drops_nothing_and_new_connections_get_the_new_certi
     )
     .await;
     let after_first = ok.load(Ordering::Relaxed);
-    wait_until(
-        Duration::from_secs(10),
-        "load continues after rotation 1",
-        || {
-            let ok = ok.clone();
-            async move { ok.load(Ordering::Relaxed) > after_first + 200 }
-        },
-    )
+    wait_until(Duration::from_secs(10), "load continues after rotation 1", || {
+        let ok = ok.clone();
+        async move { ok.load(Ordering::Relaxed) > after_first + 200 }
+    })
     .await;
 
     // 2. Leaf from the new CA.
@@ -373,14 +294,10 @@ async fn rotation_under_load_drops_nothing_and_new_connections_get_the_new_certi
     )
     .await;
     let after_second = ok.load(Ordering::Relaxed);
-    wait_until(
-        Duration::from_secs(10),
-        "load continues after rotation 2",
-        || {
-            let ok = ok.clone();
-            async move { ok.load(Ordering::Relaxed) > after_second + 200 }
-        },
-    )
+    wait_until(Duration::from_secs(10), "load continues after rotation 2", || {
+        let ok = ok.clone();
+        async move { ok.load(Ordering::Relaxed) > after_second + 200 }
+    })
     .await;
 
     stop.store(true, Ordering::Relaxed);
@@ -408,19 +325,13 @@ async fn a_bad_certificate_is_refused_and_the_old_one_keeps_serving() {
     let before = server.cert.current();
     let other = leaf(&server.ca);
     let unrelated = leaf(&ca());
-    assert!(server
-        .cert
-        .set_pem(b"garbage", other.key_pem.as_bytes())
-        .is_err());
+    assert!(server.cert.set_pem(b"garbage", other.key_pem.as_bytes()).is_err());
     let err = server
         .cert
         .set_pem(other.cert_pem.as_bytes(), unrelated.key_pem.as_bytes())
         .unwrap_err();
     assert!(err.to_string().contains("does not match"), "{err}");
-    assert!(
-        !err.to_string().contains("PRIVATE KEY"),
-        "key material in error: {err}"
-    );
+    assert!(!err.to_string().contains("PRIVATE KEY"), "key material in error: {err}");
     assert!(Arc::ptr_eq(&before, &server.cert.current()));
     let mut conn = server.connect(Protocol::Http1).await;
     assert_eq!(
@@ -443,15 +354,8 @@ async fn certificates_from_a_directory_are_reloaded_when_they_change() {
     std::fs::write(dir.join("tls.key"), &first.key_pem).unwrap();
     let certs = CertDir::new(&dir);
     let resolver: Arc<SwappableCert> = certs.load().await.unwrap();
-    assert_eq!(
-        resolver.current().cert[0].as_ref(),
-        der_of(&first.cert_pem).as_slice()
-    );
-    let watcher = tokio::spawn(
-        certs
-            .clone()
-            .watch(resolver.clone(), Duration::from_millis(20)),
-    );
+    assert_eq!(resolver.current().cert[0].as_ref(), der_of(&first.cert_pem).as_slice());
+    let watcher = tokio::spawn(certs.clone().watch(resolver.clone(), Duration::from_millis(20)));
 
     let second = leaf(&ca);
     std::fs::write(dir.join("tls.key"), &second.key_pem).unwrap();
@@ -484,9 +388,7 @@ async fn graceful_shutdown_finishes_and_stops_accepting() {
         .expect("shutdown drains in time");
     let tls = tls_config(ca_pem.as_bytes(), Protocol::Http1).unwrap();
     assert!(
-        Connection::open(addr, "127.0.0.1", tls, Protocol::Http1)
-            .await
-            .is_err(),
+        Connection::open(addr, "127.0.0.1", tls, Protocol::Http1).await.is_err(),
         "listener closed"
     );
 }

@@ -12,7 +12,7 @@ fn request(
     name: &str,
     object: Value,
     old_object: Value,
-) -> AdmissionRequest<DynamicObject> {
+) -> Request {
     let (group, version, kind) = kind;
     let review = json!({
         "apiVersion": "admission.k8s.io/v1",
@@ -30,9 +30,7 @@ fn request(
             "dryRun": false
         }
     });
-    let review: kube::core::admission::AdmissionReview<DynamicObject> =
-        serde_json::from_value(review).unwrap();
-    review.try_into().unwrap()
+    crate::review::decode(&serde_json::to_vec(&review).unwrap()).unwrap()
 }
 
 const BTP: (&str, &str, &str) = ("operator.kyma-project.io", "v1alpha1", "BtpOperator");
@@ -46,7 +44,7 @@ fn cr(namespace: &str, name: &str, labels: Value, finalizers: Value) -> Value {
     json!({"apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator", "metadata": meta})
 }
 
-fn create_cr(namespace: &str, name: &str) -> AdmissionRequest<DynamicObject> {
+fn create_cr(namespace: &str, name: &str) -> Request {
     request(
         BTP,
         "CREATE",
@@ -57,16 +55,9 @@ fn create_cr(namespace: &str, name: &str) -> AdmissionRequest<DynamicObject> {
     )
 }
 
-fn delete_cr(labels: Value) -> AdmissionRequest<DynamicObject> {
+fn delete_cr(labels: Value) -> Request {
     let old = cr("kyma-system", "btpoperator", labels, Value::Null);
-    request(
-        BTP,
-        "DELETE",
-        "kyma-system",
-        "btpoperator",
-        Value::Null,
-        old,
-    )
+    request(BTP, "DELETE", "kyma-system", "btpoperator", Value::Null, old)
 }
 
 fn full_data() -> Value {
@@ -95,21 +86,9 @@ fn secret_obj(name: &str, data: Value, string_data: Value, labelled: bool) -> Va
     obj
 }
 
-fn secret_req(
-    op: &str,
-    data: Value,
-    string_data: Value,
-    labelled: bool,
-) -> AdmissionRequest<DynamicObject> {
+fn secret_req(op: &str, data: Value, string_data: Value, labelled: bool) -> Request {
     let obj = secret_obj("sap-btp-manager", data, string_data, labelled);
-    request(
-        SECRET,
-        op,
-        "kyma-system",
-        "sap-btp-manager",
-        obj,
-        Value::Null,
-    )
+    request(SECRET, op, "kyma-system", "sap-btp-manager", obj, Value::Null)
 }
 
 fn cfg() -> RulesConfig {
@@ -134,10 +113,7 @@ fn wrong_name_is_denied_with_expected_and_given_names() {
     let v = validate(&create_cr("kyma-system", "btpoperator-test"), &cfg(), None);
     let m = message(&v);
     assert_eq!(v.denial.as_ref().unwrap().code, 403);
-    assert!(
-        m.contains("\"btpoperator\"") && m.contains("\"kyma-system\""),
-        "{m}"
-    );
+    assert!(m.contains("\"btpoperator\"") && m.contains("\"kyma-system\""), "{m}");
     assert!(m.contains("\"btpoperator-test\""), "{m}");
 }
 
@@ -156,11 +132,7 @@ fn generated_name_is_denied_and_named() {
     obj["metadata"]["generateName"] = json!("btp-");
     let req = request(BTP, "CREATE", "kyma-system", "", obj, Value::Null);
     let v = validate(&req, &cfg(), None);
-    assert!(
-        message(&v).contains("generated name (btp-"),
-        "{}",
-        message(&v)
-    );
+    assert!(message(&v).contains("generated name (btp-"), "{}", message(&v));
 }
 
 #[test]
@@ -216,14 +188,7 @@ fn delete_with_force_delete_needs_no_counts() {
 #[test]
 fn delete_of_misnamed_cr_needs_no_counts() {
     let old = cr("kyma-system", "btpoperator-test", json!({}), Value::Null);
-    let req = request(
-        BTP,
-        "DELETE",
-        "kyma-system",
-        "btpoperator-test",
-        Value::Null,
-        old,
-    );
+    let req = request(BTP, "DELETE", "kyma-system", "btpoperator-test", Value::Null, old);
     assert!(!needs_service_counts(&req, &cfg()));
     assert_eq!(validate(&req, &cfg(), None), Verdict::allow());
 }
@@ -233,20 +198,14 @@ fn delete_when_counting_fails_is_allowed_with_a_warning() {
     let counts = Err("listing serviceinstances: connection refused".to_string());
     let v = validate(&delete_cr(json!({})), &cfg(), Some(&counts));
     assert!(v.allowed());
-    assert!(
-        v.warnings[0].contains("could not count") && v.warnings[0].contains("connection refused")
-    );
+    assert!(v.warnings[0].contains("could not count") && v.warnings[0].contains("connection refused"));
 }
 
 // --- Required Secret ---------------------------------------------------------------------------
 
 #[test]
 fn complete_labelled_secret_is_allowed_without_warning() {
-    let v = validate(
-        &secret_req("CREATE", full_data(), Value::Null, true),
-        &cfg(),
-        None,
-    );
+    let v = validate(&secret_req("CREATE", full_data(), Value::Null, true), &cfg(), None);
     assert_eq!(v, Verdict::allow());
 }
 
@@ -254,24 +213,13 @@ fn complete_labelled_secret_is_allowed_without_warning() {
 fn btp_manager_label_value_also_counts_as_labelled() {
     let mut obj = secret_obj("sap-btp-manager", full_data(), Value::Null, false);
     obj["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "btp-manager"});
-    let req = request(
-        SECRET,
-        "CREATE",
-        "kyma-system",
-        "sap-btp-manager",
-        obj,
-        Value::Null,
-    );
+    let req = request(SECRET, "CREATE", "kyma-system", "sap-btp-manager", obj, Value::Null);
     assert_eq!(validate(&req, &cfg(), None), Verdict::allow());
 }
 
 #[test]
 fn unlabelled_complete_secret_is_allowed_with_a_warning() {
-    let v = validate(
-        &secret_req("UPDATE", full_data(), Value::Null, false),
-        &cfg(),
-        None,
-    );
+    let v = validate(&secret_req("UPDATE", full_data(), Value::Null, false), &cfg(), None);
     assert!(v.allowed());
     assert_eq!(v.warnings.len(), 1);
     assert!(
@@ -313,13 +261,8 @@ fn whitespace_only_value_counts_as_empty() {
 
 #[test]
 fn secret_with_no_data_at_all_lists_all_five_keys() {
-    let v = validate(
-        &secret_req("CREATE", Value::Null, Value::Null, true),
-        &cfg(),
-        None,
-    );
-    assert!(message(&v)
-        .contains("missing key(s): clientid, clientsecret, sm_url, tokenurl, cluster_id"));
+    let v = validate(&secret_req("CREATE", Value::Null, Value::Null, true), &cfg(), None);
+    assert!(message(&v).contains("missing key(s): clientid, clientsecret, sm_url, tokenurl, cluster_id"));
 }
 
 #[test]
@@ -380,11 +323,7 @@ fn invalid_base64_is_reported_by_key() {
 fn missing_key_in_unlabelled_secret_denies_and_warns() {
     let mut data = full_data();
     data.as_object_mut().unwrap().remove("clientid");
-    let v = validate(
-        &secret_req("CREATE", data, Value::Null, false),
-        &cfg(),
-        None,
-    );
+    let v = validate(&secret_req("CREATE", data, Value::Null, false), &cfg(), None);
     assert!(!v.allowed());
     assert_eq!(v.warnings.len(), 1);
 }
@@ -468,64 +407,28 @@ fn finalizer_is_added_to_valid_cr_on_create_only() {
     let req = create_cr("kyma-system", "btpoperator");
     let v = mutate(&req, &cfg());
     assert!(v.allowed());
-    let patched = apply(
-        &cr("kyma-system", "btpoperator", json!({}), Value::Null),
-        &v,
-    );
+    let patched = apply(&cr("kyma-system", "btpoperator", json!({}), Value::Null), &v);
     assert_eq!(patched["metadata"]["finalizers"], json!([names::FINALIZER]));
 
-    for (ns, name) in [
-        ("kyma-system", "btpoperator-test"),
-        ("default", "btpoperator"),
-    ] {
-        assert_eq!(
-            mutate(&create_cr(ns, name), &cfg()),
-            Verdict::allow(),
-            "{ns}/{name}"
-        );
+    for (ns, name) in [("kyma-system", "btpoperator-test"), ("default", "btpoperator")] {
+        assert_eq!(mutate(&create_cr(ns, name), &cfg()), Verdict::allow(), "{ns}/{name}");
     }
     let obj = cr("kyma-system", "btpoperator", json!({}), Value::Null);
-    let update = request(
-        BTP,
-        "UPDATE",
-        "kyma-system",
-        "btpoperator",
-        obj.clone(),
-        obj,
-    );
+    let update = request(BTP, "UPDATE", "kyma-system", "btpoperator", obj.clone(), obj);
     assert!(mutate(&update, &cfg()).patch.is_empty());
 }
 
 #[test]
 fn finalizer_is_appended_to_existing_finalizers_and_idempotent() {
-    let obj = cr(
-        "kyma-system",
-        "btpoperator",
-        json!({}),
-        json!(["other/finalizer"]),
-    );
-    let req = request(
-        BTP,
-        "CREATE",
-        "kyma-system",
-        "btpoperator",
-        obj.clone(),
-        Value::Null,
-    );
+    let obj = cr("kyma-system", "btpoperator", json!({}), json!(["other/finalizer"]));
+    let req = request(BTP, "CREATE", "kyma-system", "btpoperator", obj.clone(), Value::Null);
     let patched = apply(&obj, &mutate(&req, &cfg()));
     assert_eq!(
         patched["metadata"]["finalizers"],
         json!(["other/finalizer", names::FINALIZER])
     );
     // Reinvocation on the patched object: nothing more to do.
-    let again = request(
-        BTP,
-        "CREATE",
-        "kyma-system",
-        "btpoperator",
-        patched,
-        Value::Null,
-    );
+    let again = request(BTP, "CREATE", "kyma-system", "btpoperator", patched, Value::Null);
     assert!(mutate(&again, &cfg()).patch.is_empty());
 }
 
@@ -553,60 +456,34 @@ fn secret_values_are_trimmed_touching_only_changed_keys() {
     let paths: Vec<String> = v
         .patch
         .iter()
-        .map(|op| {
-            serde_json::to_value(op).unwrap()["path"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
+        .map(|op| serde_json::to_value(op).unwrap()["path"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(
-        paths,
-        ["/data/clientid", "/data/sm_url", "/stringData/tokenurl"]
-    );
+    assert_eq!(paths, ["/data/clientid", "/data/sm_url", "/stringData/tokenurl"]);
     let patched = apply(&obj, &v);
     assert_eq!(patched["data"]["clientid"], json!(b64("id")));
-    assert_eq!(
-        patched["data"]["sm_url"],
-        json!(b64("https://sm.example.com"))
-    );
+    assert_eq!(patched["data"]["sm_url"], json!(b64("https://sm.example.com")));
     assert_eq!(
         patched["data"]["extra"],
         json!(b64("keep me \n")),
         "only the five required keys are trimmed"
     );
-    assert_eq!(
-        patched["stringData"]["tokenurl"],
-        json!("https://auth.example.com")
-    );
+    assert_eq!(patched["stringData"]["tokenurl"], json!("https://auth.example.com"));
     // Idempotent.
-    let again = request(
-        SECRET,
-        "UPDATE",
-        "kyma-system",
-        "sap-btp-manager",
-        patched,
-        Value::Null,
-    );
+    let again = request(SECRET, "UPDATE", "kyma-system", "sap-btp-manager", patched, Value::Null);
     assert!(mutate(&again, &cfg()).patch.is_empty());
 }
 
 #[test]
 fn clean_secret_gets_no_patch_and_garbage_values_are_left_for_validation() {
-    assert!(mutate(
-        &secret_req("CREATE", full_data(), Value::Null, true),
-        &cfg()
-    )
-    .patch
-    .is_empty());
+    assert!(mutate(&secret_req("CREATE", full_data(), Value::Null, true), &cfg())
+        .patch
+        .is_empty());
     let mut data = full_data();
     data["clientid"] = json!("%%%");
     data["clientsecret"] = json!(7);
-    assert!(
-        mutate(&secret_req("CREATE", data, Value::Null, true), &cfg())
-            .patch
-            .is_empty()
-    );
+    assert!(mutate(&secret_req("CREATE", data, Value::Null, true), &cfg())
+        .patch
+        .is_empty());
 }
 
 #[test]
@@ -614,10 +491,7 @@ fn non_utf8_values_are_trimmed_of_ascii_whitespace() {
     let raw = [0xff, 0xfe, b'\n'];
     let mut data = full_data();
     data["clientsecret"] = json!(base64::engine::general_purpose::STANDARD.encode(raw));
-    let v = mutate(
-        &secret_req("CREATE", data.clone(), Value::Null, true),
-        &cfg(),
-    );
+    let v = mutate(&secret_req("CREATE", data.clone(), Value::Null, true), &cfg());
     let patched = apply(&secret_obj("sap-btp-manager", data, Value::Null, true), &v);
     assert_eq!(
         patched["data"]["clientsecret"],

@@ -54,23 +54,15 @@ impl TestServer {
     pub async fn start_with(state: WebhookState) -> Self {
         let ca = ca();
         let leaf = leaf(&ca);
-        let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())
-            .expect("cert");
+        let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).expect("cert");
         let tls = server_config(cert.clone()).expect("tls config");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = btp_webhooks::router(state);
-        let task = tokio::spawn(btp_webhooks::server::serve(
-            listener,
-            tls,
-            app,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let task = tokio::spawn(btp_webhooks::server::serve(listener, tls, app, async move {
+            let _ = stopped.await;
+        }));
         Self {
             addr,
             cert,
@@ -91,13 +83,7 @@ impl TestServer {
         ca_pem: &[u8],
         protocol: Protocol,
     ) -> Result<Connection, btp_webhooks::client::ClientError> {
-        Connection::open(
-            self.addr,
-            "127.0.0.1",
-            tls_config(ca_pem, protocol)?,
-            protocol,
-        )
-        .await
+        Connection::open(self.addr, "127.0.0.1", tls_config(ca_pem, protocol)?, protocol).await
     }
 
     pub async fn shutdown(mut self) {
@@ -121,10 +107,7 @@ where
         if check().await {
             return;
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out waiting for: {what}"
-        );
+        assert!(tokio::time::Instant::now() < end, "timed out waiting for: {what}");
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -1,1 +1,26 @@
-fn main() {}
+//! `btp-manager`: the operator binary.
+
+use btp_manager::{app, cli::Cli, cli::Command, telemetry};
+use clap::Parser as _;
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crd => app::print_crd(),
+        Command::WebhookManifests { namespace } => app::print_webhook_manifests(&namespace),
+        Command::Run(args) => {
+            telemetry::init();
+            match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(app::run(*args)),
+                Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
+            }
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("btp-manager: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -20,8 +20,7 @@ pub const FORCE_DELETE_LABEL: &str = "force-delete";
 /// Annotation `reconcile` (force a reconcile) or `ignore` (leave the CR alone).
 pub const OPERATION_ANNOTATION: &str = "operator.kyma-project.io/operation";
 /// Annotation that disables the operand's network policies (case-insensitive `true`).
-pub const DISABLE_NETWORK_POLICIES_ANNOTATION: &str =
-    "operator.kyma-project.io/btp-operator-disable-network-policies";
+pub const DISABLE_NETWORK_POLICIES_ANNOTATION: &str = "operator.kyma-project.io/btp-operator-disable-network-policies";
 
 /// Default name of the required credentials Secret (in the chart namespace).
 pub const REQUIRED_SECRET_NAME: &str = "sap-btp-manager";

@@ -109,7 +109,11 @@ mod tests {
     #[test]
     fn only_ready_reasons_have_a_true_condition() {
         for r in Reason::ALL {
-            assert_eq!(r.condition_status() == ConditionStatus::True, r.state() == State::Ready, "{r}");
+            assert_eq!(
+                r.condition_status() == ConditionStatus::True,
+                r.state() == State::Ready,
+                "{r}"
+            );
         }
         assert_eq!(Reason::WrongNamespaceOrName.state(), State::Warning);
         assert_eq!(Reason::InvalidSecret.state(), State::Error);

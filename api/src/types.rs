@@ -37,7 +37,13 @@ pub struct BtpOperatorSpec {}
 impl BtpOperator {
     /// A CR with the given name and an empty spec.
     pub fn new(name: &str) -> Self {
-        Self { metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }, ..Self::default() }
+        Self {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..Self::default()
+        }
     }
 }
 
@@ -115,7 +121,10 @@ impl BtpOperator {
             .into_generator();
         let mut schema = serde_json::to_value(generator.into_root_schema_for::<Self>())?;
         if let Some(obj) = schema.as_object_mut() {
-            obj.insert("description".into(), "BtpOperator is the Schema for the btpoperators API".into());
+            obj.insert(
+                "description".into(),
+                "BtpOperator is the Schema for the btpoperators API".into(),
+            );
             obj.remove("title");
             obj.remove("required");
         }
@@ -209,7 +218,10 @@ pub struct Condition {
     /// `True`, `False` or `Unknown`.
     pub status: ConditionStatus,
     /// CamelCase reason (one of the 30 in [`crate::Reason`]).
-    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"))]
+    #[schemars(
+        length(min = 1, max = 1024),
+        regex(pattern = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    )]
     pub reason: String,
     /// Human-readable message; never holds a secret value.
     #[serde(default)]
@@ -231,7 +243,10 @@ mod tests {
     #[test]
     fn crd_has_the_reference_shape() {
         let crd = BtpOperator::crd().unwrap();
-        assert_eq!(crd.metadata.name.as_deref(), Some("btpoperators.operator.kyma-project.io"));
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("btpoperators.operator.kyma-project.io")
+        );
         let spec = &crd.spec;
         assert_eq!(spec.group, "operator.kyma-project.io");
         assert_eq!(spec.scope, "Namespaced");
@@ -257,9 +272,15 @@ mod tests {
         let schema = serde_json::to_value(v.schema.as_ref().unwrap()).unwrap();
         let props = &schema["openAPIV3Schema"]["properties"];
         assert_eq!(props["spec"]["nullable"], true);
-        assert!(schema["openAPIV3Schema"].get("required").is_none(), "spec must be optional: {schema}");
+        assert!(
+            schema["openAPIV3Schema"].get("required").is_none(),
+            "spec must be optional: {schema}"
+        );
         assert_eq!(props["status"]["required"], serde_json::json!(["state"]));
-        assert_eq!(props["status"]["properties"]["state"]["enum"].as_array().unwrap().len(), 5);
+        assert_eq!(
+            props["status"]["properties"]["state"]["enum"].as_array().unwrap().len(),
+            5
+        );
     }
 
     #[test]

@@ -66,8 +66,7 @@ impl ApiError {
         .with_details(details(group, resource, name))
     }
     pub fn not_found_path() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
-            .with_details(json!({}))
+        Self::new(404, "NotFound", "the server could not find the requested resource").with_details(json!({}))
     }
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
         Self::new(

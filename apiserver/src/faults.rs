@@ -85,8 +85,7 @@ impl FaultInjector {
     /// Whether a watch that has sent `sent` events should be cut now.
     pub(crate) fn should_cut(&self, sent: usize) -> bool {
         self.with(|s| {
-            s.cut_after.is_some_and(|n| sent >= n)
-                || (s.cut_probability > 0.0 && fastrand::f64() < s.cut_probability)
+            s.cut_after.is_some_and(|n| sent >= n) || (s.cut_probability > 0.0 && fastrand::f64() < s.cut_probability)
         })
     }
 }

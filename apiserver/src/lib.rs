@@ -124,6 +124,10 @@ impl RunningApiServer {
     pub fn request_log(&self) -> RequestLog {
         self.state.log.clone()
     }
+    /// Number of watch streams currently open (for leak assertions).
+    pub fn active_watches(&self) -> usize {
+        self.state.active_watches.load(std::sync::atomic::Ordering::SeqCst)
+    }
     /// Registers (or changes) where a webhook service resolves to.
     pub fn set_service_address(&self, ns: &str, name: &str, port: u16, addr: SocketAddr) {
         if let Ok(mut m) = self.state.service_map.write() {

@@ -18,9 +18,7 @@ impl PatchKind {
             "application/merge-patch+json" => Some(PatchKind::Merge),
             "application/json-patch+json" => Some(PatchKind::Json),
             "application/strategic-merge-patch+json" => Some(PatchKind::Strategic),
-            "application/apply-patch+yaml" | "application/apply-patch+json" => {
-                Some(PatchKind::Apply)
-            }
+            "application/apply-patch+yaml" | "application/apply-patch+json" => Some(PatchKind::Apply),
             _ => None,
         }
     }
@@ -31,13 +29,9 @@ pub fn parse_json_or_yaml(body: &[u8]) -> Result<Value, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(v) => Ok(v),
         Err(je) => {
-            let s = std::str::from_utf8(body)
-                .map_err(|_| ApiError::bad_request("request body is not valid UTF-8"))?;
-            serde_saphyr::from_str::<Value>(s).map_err(|ye| {
-                ApiError::bad_request(format!(
-                    "error decoding request body: json: {je}; yaml: {ye}"
-                ))
-            })
+            let s = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("request body is not valid UTF-8"))?;
+            serde_saphyr::from_str::<Value>(s)
+                .map_err(|ye| ApiError::bad_request(format!("error decoding request body: json: {je}; yaml: {ye}")))
         }
     }
 }
@@ -46,15 +40,14 @@ pub fn parse_json_or_yaml(body: &[u8]) -> Result<Value, ApiError> {
 pub fn apply_patch(kind: PatchKind, doc: &mut Value, body: &[u8]) -> Result<(), ApiError> {
     match kind {
         PatchKind::Json => {
-            let p: json_patch::Patch = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(doc, &p).map_err(|e| {
-                ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}"))
-            })
+            let p: json_patch::Patch =
+                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            json_patch::patch(doc, &p)
+                .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))
         }
         PatchKind::Merge => {
-            let p: Value = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
+            let p: Value =
+                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
             if !p.is_object() {
                 return Err(ApiError::bad_request("merge patch must be a JSON object"));
             }
@@ -62,13 +55,10 @@ pub fn apply_patch(kind: PatchKind, doc: &mut Value, body: &[u8]) -> Result<(), 
             Ok(())
         }
         PatchKind::Strategic => {
-            let p: Value = serde_json::from_slice(body).map_err(|e| {
-                ApiError::bad_request(format!("invalid strategic merge patch: {e}"))
-            })?;
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch: {e}")))?;
             if !p.is_object() {
-                return Err(ApiError::bad_request(
-                    "strategic merge patch must be a JSON object",
-                ));
+                return Err(ApiError::bad_request("strategic merge patch must be a JSON object"));
             }
             strategic_merge(doc, &p);
             Ok(())
@@ -79,10 +69,7 @@ pub fn apply_patch(kind: PatchKind, doc: &mut Value, body: &[u8]) -> Result<(), 
 
 /// Whether every element is an object with a string `name`.
 pub fn is_named_list(a: &[Value]) -> bool {
-    !a.is_empty()
-        && a
-            .iter()
-            .all(|x| x.get("name").and_then(Value::as_str).is_some())
+    !a.is_empty() && a.iter().all(|x| x.get("name").and_then(Value::as_str).is_some())
 }
 
 /// Strategic merge patch approximation: merge patch semantics, except that lists of objects

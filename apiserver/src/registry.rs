@@ -94,15 +94,71 @@ pub fn builtins() -> Vec<ResourceDef> {
         builtin("", "v1", "pods", "Pod", true, &["po"], true),
         builtin("", "v1", "endpoints", "Endpoints", true, &["ep"], false),
         builtin("apps", "v1", "deployments", "Deployment", true, &["deploy"], true),
-        builtin("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false, &[], false),
-        builtin("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", false, &[], false),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+        ),
         builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", true, &[], false),
-        builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", true, &[], false),
-        builtin("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", false, &[], false),
-        builtin("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", false, &[], false),
-        builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], true),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+            true,
+        ),
         builtin("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false),
-        builtin("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", true, &["netpol"], false),
+        builtin(
+            "networking.k8s.io",
+            "v1",
+            "networkpolicies",
+            "NetworkPolicy",
+            true,
+            &["netpol"],
+            false,
+        ),
         builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
     ]
 }
@@ -129,10 +185,7 @@ impl Registry {
     }
 
     pub fn remove(&self, group: &str, plural: &str) -> Option<Arc<ResourceDef>> {
-        self.defs
-            .write()
-            .ok()?
-            .remove(&(group.to_string(), plural.to_string()))
+        self.defs.write().ok()?.remove(&(group.to_string(), plural.to_string()))
     }
 
     pub fn get(&self, group: &str, plural: &str) -> Option<Arc<ResourceDef>> {
@@ -174,7 +227,7 @@ impl Registry {
             }
         }
         for vs in g.values_mut() {
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         g
     }
@@ -203,7 +256,9 @@ impl Registry {
             if d.group != group {
                 continue;
             }
-            let Some(v) = d.version(version) else { continue };
+            let Some(v) = d.version(version) else {
+                continue;
+            };
             let mut r = json!({
                 "name": d.plural, "singularName": d.singular, "namespaced": d.namespaced,
                 "kind": d.kind, "verbs": VERBS,
@@ -232,6 +287,73 @@ impl Registry {
         };
         Some(json!({
             "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources,
+        }))
+    }
+}
+
+impl Registry {
+    /// `/openapi/v3` root: one entry per group/version.
+    pub fn openapi_root(&self) -> Value {
+        let mut paths = serde_json::Map::new();
+        for (g, vs) in self.groups() {
+            for v in vs {
+                let p = if g.is_empty() {
+                    format!("api/{v}")
+                } else {
+                    format!("apis/{g}/{v}")
+                };
+                paths.insert(
+                    p.clone(),
+                    json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", self.all().len())}),
+                );
+            }
+        }
+        json!({ "paths": paths })
+    }
+
+    /// A minimal OpenAPI v3 document for one group/version: only PATCH operations with their
+    /// `x-kubernetes-group-version-kind` and the `fieldValidation` parameter (no schemas). This
+    /// tells kubectl that the server validates fields, so it skips client-side validation.
+    pub fn openapi_gv(&self, group: &str, version: &str) -> Option<Value> {
+        let mut paths = serde_json::Map::new();
+        for d in self.all() {
+            if d.group != group || d.version(version).is_none() {
+                continue;
+            }
+            let base = if group.is_empty() {
+                format!("/api/{version}")
+            } else {
+                format!("/apis/{group}/{version}")
+            };
+            let p = if d.namespaced {
+                format!("{base}/namespaces/{{namespace}}/{}/{{name}}", d.plural)
+            } else {
+                format!("{base}/{}/{{name}}", d.plural)
+            };
+            paths.insert(
+                p,
+                json!({"patch": {
+                    "operationId": format!("patch{}", d.kind),
+                    "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": d.kind},
+                    "x-kubernetes-action": "patch",
+                    "parameters": [
+                        {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                        {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                        {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                        {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}},
+                    ],
+                    "responses": {"200": {"description": "OK"}},
+                }}),
+            );
+        }
+        if paths.is_empty() {
+            return None;
+        }
+        Some(json!({
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": "v1.33.0-btp-apiserver"},
+            "paths": paths,
+            "components": {"schemas": {}},
         }))
     }
 }
@@ -286,11 +408,7 @@ pub fn def_from_crd(crd: &Value) -> Result<ResourceDef, String> {
         names
             .get(k)
             .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
             .unwrap_or_default()
     };
     let namespaced = match spec.get("scope").and_then(Value::as_str) {
@@ -321,16 +439,13 @@ pub fn def_from_crd(crd: &Value) -> Result<ResourceDef, String> {
         if v.get("served").and_then(Value::as_bool) != Some(true) {
             continue;
         }
-        let has_status = v
-            .get("subresources")
-            .and_then(|s| s.get("status"))
-            .is_some();
+        let has_status = v.get("subresources").and_then(|s| s.get("status")).is_some();
         versions.push(VersionDef {
             name: vname.into(),
             has_status,
         });
     }
-    versions.sort_by(|a, b| version_priority(&b.name).cmp(&version_priority(&a.name)));
+    versions.sort_by_key(|v| std::cmp::Reverse(version_priority(&v.name)));
     Ok(ResourceDef {
         group: group.into(),
         plural,

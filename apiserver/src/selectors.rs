@@ -106,11 +106,7 @@ impl LabelSelector {
                 let vals: Vec<String> = e
                     .get("values")
                     .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_string))
-                            .collect()
-                    })
+                    .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
                     .unwrap_or_default();
                 let op = match e.get("operator").and_then(Value::as_str) {
                     Some("In") => Op::In(vals),
@@ -219,9 +215,7 @@ fn parse_req(p: &str) -> Result<Req, String> {
                     }
                 }
                 _ => {
-                    let n: i64 = v
-                        .parse()
-                        .map_err(|_| format!("invalid integer value {v:?}"))?;
+                    let n: i64 = v.parse().map_err(|_| format!("invalid integer value {v:?}"))?;
                     if kind == 2 {
                         Op::Gt(n)
                     } else {

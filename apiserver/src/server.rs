@@ -25,6 +25,7 @@ pub(crate) struct State {
     pub bookmark_interval: Duration,
     pub addr: SocketAddr,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    pub active_watches: std::sync::atomic::AtomicUsize,
 }
 
 pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
@@ -48,6 +49,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         bookmark_interval: config.bookmark_interval,
         addr,
         shutdown: sd_rx.clone(),
+        active_watches: std::sync::atomic::AtomicUsize::new(0),
     });
     for ns in ["default", "kube-system", "kube-public"] {
         crate::handlers::bootstrap_namespace(&state, ns);
@@ -146,6 +148,9 @@ fn route(st: &State, path: &str) -> Route {
             }))
         }
         ["apis"] => return Route::Json(st.registry.api_group_list()),
+        ["openapi", "v3"] => return Route::Json(st.registry.openapi_root()),
+        ["openapi", "v3", "api", v] => return st.registry.openapi_gv("", v).map_or(Route::NotFound, Route::Json),
+        ["openapi", "v3", "apis", g, v] => return st.registry.openapi_gv(g, v).map_or(Route::NotFound, Route::Json),
         ["api", "v1"] => {
             return match st.registry.api_resource_list("", "v1") {
                 Some(v) => Route::Json(v),
@@ -178,10 +183,10 @@ fn route(st: &State, path: &str) -> Route {
             return None;
         }
         if let Some(s) = sub {
-            if s != "status" || !def.has_status(version) {
-                if !(def.plural == "namespaces" && s == "finalize") {
-                    return None;
-                }
+            let status_ok = s == "status" && def.has_status(version);
+            let finalize_ok = def.plural == "namespaces" && s == "finalize";
+            if !status_ok && !finalize_ok {
+                return None;
             }
         }
         Some(Target {
@@ -193,9 +198,7 @@ fn route(st: &State, path: &str) -> Route {
         })
     };
     let t = match rest {
-        ["namespaces", n, s @ ("status" | "finalize")] if group.is_empty() => {
-            mk("namespaces", None, Some(n), Some(s))
-        }
+        ["namespaces", n, s @ ("status" | "finalize")] if group.is_empty() => mk("namespaces", None, Some(n), Some(s)),
         ["namespaces", ns, r] => mk(r, Some(ns), None, None),
         ["namespaces", ns, r, n] => mk(r, Some(ns), Some(n), None),
         ["namespaces", ns, r, n, s] => mk(r, Some(ns), Some(n), Some(s)),
@@ -272,8 +275,7 @@ fn authorized(st: &State, headers: &HeaderMap) -> bool {
 
 async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRecord) -> Response {
     let path = req.uri().path().to_string();
-    if !authorized(st, req.headers()) && !matches!(path.as_str(), "/healthz" | "/livez" | "/readyz")
-    {
+    if !authorized(st, req.headers()) && !matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
         return ApiError::unauthorized().into_response();
     }
     let q = crate::util::parse_query(req.uri().query());
@@ -281,10 +283,8 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
         Route::Json(v) => {
             rec.verb = "discovery".into();
             if req.method() != Method::GET {
-                return ApiError::method_not_allowed(format!(
-                    "the server does not allow this method on the requested resource"
-                ))
-                .into_response();
+                return ApiError::method_not_allowed("the server does not allow this method on the requested resource")
+                    .into_response();
             }
             return json_response(StatusCode::OK, &v);
         }
@@ -303,17 +303,9 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
         return fault_error(code).into_response();
     }
     let (parts, body) = req.into_parts();
-    let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(
-        body,
-        8 * 1024 * 1024,
-    ))
-    .await
-    {
+    let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, 8 * 1024 * 1024)).await {
         Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return ApiError::new(413, "RequestEntityTooLarge", "request body too large")
-                .into_response()
-        }
+        Err(_) => return ApiError::new(413, "RequestEntityTooLarge", "request body too large").into_response(),
     };
     let mut ctx = crate::handlers::Ctx {
         st: st.clone(),
@@ -347,11 +339,7 @@ pub(crate) type Query = HashMap<String, String>;
 
 /// Marks a Deployment as rolled out: `Available=True`, `Progressing=True`, replica counts equal
 /// to `spec.replicas` and `observedGeneration = generation` (no pods run in the embedded server).
-pub async fn mark_deployment_available(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-) -> Result<(), kube::Error> {
+pub async fn mark_deployment_available(client: &kube::Client, ns: &str, name: &str) -> Result<(), kube::Error> {
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::api::{Api, Patch, PatchParams};
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);

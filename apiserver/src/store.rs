@@ -35,6 +35,8 @@ pub struct Event {
     pub gr: Gr,
     pub ns: String,
     pub object: Arc<Value>,
+    /// The previous state for MODIFIED events.
+    pub prev: Option<Arc<Value>>,
 }
 
 struct Inner {
@@ -48,6 +50,10 @@ pub struct Store {
     inner: Mutex<Inner>,
     notify: tokio::sync::watch::Sender<u64>,
 }
+
+/// The object already exists.
+#[derive(Debug)]
+pub struct AlreadyExists;
 
 /// Outcome of a compare-and-swap write.
 pub enum Cas {
@@ -153,15 +159,15 @@ impl Store {
         }
     }
 
-    /// Inserts a new object; `Err(())` if it exists.
-    pub fn create(&self, gr: &Gr, ns: &str, name: &str, mut obj: Value) -> Result<Arc<Value>, ()> {
+    /// Inserts a new object; `Err(AlreadyExists)` if it exists.
+    pub fn create(&self, gr: &Gr, ns: &str, name: &str, mut obj: Value) -> Result<Arc<Value>, AlreadyExists> {
         let rv;
         let out;
         {
             let mut g = self.lock();
             let key = (ns.to_string(), name.to_string());
             if g.data.get(gr).is_some_and(|m| m.contains_key(&key)) {
-                return Err(());
+                return Err(AlreadyExists);
             }
             g.rv += 1;
             rv = g.rv;
@@ -176,6 +182,7 @@ impl Store {
                     gr: gr.clone(),
                     ns: ns.to_string(),
                     object: out.clone(),
+                    prev: None,
                 },
             );
         }
@@ -190,11 +197,10 @@ impl Store {
         {
             let mut g = self.lock();
             let key = (ns.to_string(), name.to_string());
-            let cur = g.data.get(gr).and_then(|m| m.get(&key));
-            match cur {
-                Some(c) if crate::util::rv_of(c) == expected_rv => {}
+            let prev = match g.data.get(gr).and_then(|m| m.get(&key)) {
+                Some(c) if crate::util::rv_of(c) == expected_rv => c.clone(),
                 _ => return Cas::Stale,
-            }
+            };
             g.rv += 1;
             rv = g.rv;
             Self::stamp(&mut obj, rv);
@@ -208,6 +214,7 @@ impl Store {
                     gr: gr.clone(),
                     ns: ns.to_string(),
                     object: out.clone(),
+                    prev: Some(prev),
                 },
             );
         }
@@ -245,6 +252,7 @@ impl Store {
                     gr: gr.clone(),
                     ns: ns.to_string(),
                     object: out.clone(),
+                    prev: None,
                 },
             );
         }

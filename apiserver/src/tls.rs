@@ -2,8 +2,8 @@
 
 use crate::error::Error;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose, SanType,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -49,10 +49,7 @@ pub fn generate(extra_dns: &[String]) -> Result<ServerCerts, Error> {
     dn.push(DnType::CommonName, "btp-apiserver");
     params.distinguished_name = dn;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     let cert = params.signed_by(&key, &issuer)?;
     Ok(ServerCerts {
         ca_pem: ca_cert.pem(),
@@ -81,9 +78,7 @@ pub fn client_config_from_pem(pem: &[u8]) -> Result<rustls::ClientConfig, String
     let mut n = 0;
     for c in CertificateDer::pem_slice_iter(pem) {
         let c = c.map_err(|e| format!("invalid caBundle: {e}"))?;
-        roots
-            .add(c)
-            .map_err(|e| format!("invalid caBundle certificate: {e}"))?;
+        roots.add(c).map_err(|e| format!("invalid caBundle certificate: {e}"))?;
         n += 1;
     }
     if n == 0 {

@@ -31,6 +31,33 @@ pub fn format_rfc3339(secs: i64) -> String {
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
 }
 
+/// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into unix seconds.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
+    let (h, mi, se) = (n(11..13)?, n(14..16)?, n(17..19)?);
+    let y2 = if mo <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let mut secs = days * 86_400 + h * 3600 + mi * 60 + se;
+    let tz = s[19..].trim_start_matches(|c: char| c == '.' || c.is_ascii_digit());
+    if let Some(off) = tz.strip_prefix('+').or_else(|| tz.strip_prefix('-')) {
+        let oh: i64 = off.get(0..2)?.parse().ok()?;
+        let om: i64 = off.get(3..5)?.parse().ok()?;
+        let o = oh * 3600 + om * 60;
+        secs += if tz.starts_with('+') { -o } else { o };
+    }
+    Some(secs)
+}
+
 /// Random bytes from the OS (falls back to fastrand if the OS source fails).
 pub fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
@@ -60,18 +87,13 @@ pub fn new_uid() -> String {
 
 /// A random 32-byte hex token.
 pub fn new_token() -> String {
-    random_bytes::<32>()
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect()
+    random_bytes::<32>().iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The 5-character suffix the real server appends for `generateName`.
 pub fn name_suffix() -> String {
     const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    (0..5)
-        .map(|_| ALPHA[fastrand::usize(..ALPHA.len())] as char)
-        .collect()
+    (0..5).map(|_| ALPHA[fastrand::usize(..ALPHA.len())] as char).collect()
 }
 
 /// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 chars.
@@ -96,9 +118,7 @@ pub const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower ca
 /// `obj.metadata` as a mutable map, creating it if needed (returns None if obj is not a map).
 pub fn meta_mut(obj: &mut Value) -> Option<&mut Map<String, Value>> {
     let o = obj.as_object_mut()?;
-    let m = o
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
+    let m = o.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
     if !m.is_object() {
         *m = Value::Object(Map::new());
     }
@@ -132,11 +152,7 @@ pub fn finalizers_of(obj: &Value) -> Vec<String> {
     obj.get("metadata")
         .and_then(|m| m.get("finalizers"))
         .and_then(|f| f.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
         .unwrap_or_default()
 }
 
@@ -171,6 +187,9 @@ mod tests {
     fn rfc3339() {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(1_709_251_199), "2024-02-29T23:59:59Z");
+        assert_eq!(parse_rfc3339("2024-02-29T23:59:59Z"), Some(1_709_251_199));
+        assert_eq!(parse_rfc3339("2024-03-01T01:59:59.5+02:00"), Some(1_709_251_199));
+        assert_eq!(parse_rfc3339("garbage"), None);
     }
     #[test]
     fn names() {

@@ -178,10 +178,6 @@ fn generate_leaf_with_key_checks_the_algorithm() {
 
 /// RSA-3072 and RSA-4096 CAs (one key each), each signing an ECDSA leaf.
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "RSA-3072/4096 key generation takes minutes unoptimised; run `cargo test --release`"
-)]
 fn rsa_3072_and_4096_cas() {
     for (alg, bits) in [(KeyAlgorithm::Rsa3072, 3072), (KeyAlgorithm::Rsa4096, 4096)] {
         let now = SystemTime::now();

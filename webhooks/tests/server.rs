@@ -304,7 +304,7 @@ async fn rotation_under_load_drops_nothing_and_new_connections_get_the_new_certi
     for w in workers {
         w.await.unwrap();
     }
-    let failures = failures.lock().unwrap();
+    let failures = std::mem::take(&mut *failures.lock().unwrap());
     assert!(
         failures.is_empty(),
         "{} failed requests, first: {:?}",

@@ -1,0 +1,410 @@
+//! Admission webhooks: mutating (in configuration name order, JSONPatch responses applied)
+//! then validating, with rules / namespaceSelector / objectSelector matching, `failurePolicy`,
+//! `timeoutSeconds`, `caBundle` verification and warnings. `matchConditions` are ignored (every
+//! webhook whose rules and selectors match is called); `reinvocationPolicy` is ignored.
+
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::{ns_gr, Ctx};
+use crate::selectors::LabelSelector;
+use crate::util::{labels_of, name_of, new_uid};
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Input<'a> {
+    op: &'a str,
+    group: &'a str,
+    version: &'a str,
+    resource: &'a str,
+    sub: &'a str,
+    namespaced: bool,
+    ns_labels: Option<serde_json::Map<String, Value>>,
+}
+
+fn str_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn rule_matches(rule: &Value, i: &Input) -> bool {
+    let has = |k: &str, val: &str| str_list(rule.get(k)).iter().any(|x| x == "*" || x == val);
+    if !has("operations", i.op) || !has("apiGroups", i.group) || !has("apiVersions", i.version) {
+        return false;
+    }
+    let res_ok = str_list(rule.get("resources")).iter().any(|r| {
+        if r == "*/*" {
+            return true;
+        }
+        match r.split_once('/') {
+            None => i.sub.is_empty() && (r == "*" || r == i.resource),
+            Some((res, sub)) => !i.sub.is_empty() && (res == "*" || res == i.resource) && (sub == "*" || sub == i.sub),
+        }
+    });
+    if !res_ok {
+        return false;
+    }
+    match rule.get("scope").and_then(Value::as_str).unwrap_or("*") {
+        "Cluster" => !i.namespaced,
+        "Namespaced" => i.namespaced,
+        _ => true,
+    }
+}
+
+fn selector_matches(sel: Option<&Value>, labels: &serde_json::Map<String, Value>) -> bool {
+    match sel {
+        None | Some(Value::Null) => true,
+        Some(s) => LabelSelector::from_object(s)
+            .map(|ls| ls.matches_labels(labels))
+            .unwrap_or(false),
+    }
+}
+
+fn webhook_matches(wh: &Value, i: &Input, obj: Option<&Value>, old: Option<&Value>) -> bool {
+    let rules = wh.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
+    if !rules.iter().any(|r| rule_matches(r, i)) {
+        return false;
+    }
+    if let Some(nl) = &i.ns_labels {
+        if !selector_matches(wh.get("namespaceSelector"), nl) {
+            return false;
+        }
+    }
+    let os = wh.get("objectSelector");
+    let candidates: Vec<&Value> = [obj, old].into_iter().flatten().collect();
+    candidates.is_empty() || candidates.iter().any(|o| selector_matches(os, &labels_of(o)))
+}
+
+/// Runs admission for a write. Returns the (possibly mutated) object.
+pub(crate) async fn admit(
+    ctx: &mut Ctx,
+    op: &str,
+    obj: Option<Value>,
+    old: Option<&Value>,
+) -> ApiResult<Option<Value>> {
+    let def = ctx.t.def.clone();
+    if def.group == "admissionregistration.k8s.io" {
+        return Ok(obj);
+    }
+    let mgr: (String, String) = (
+        "admissionregistration.k8s.io".into(),
+        "mutatingwebhookconfigurations".into(),
+    );
+    let vgr: (String, String) = (
+        "admissionregistration.k8s.io".into(),
+        "validatingwebhookconfigurations".into(),
+    );
+    let (mutating, _) = ctx.st.store.list(&mgr, None);
+    let (validating, _) = ctx.st.store.list(&vgr, None);
+    if mutating.is_empty() && validating.is_empty() {
+        return Ok(obj);
+    }
+    let ns = ctx.t.ns().to_string();
+    let ns_labels = if def.namespaced {
+        ctx.st
+            .store
+            .get(&ns_gr(), "", &ns)
+            .map(|n| labels_of(&n))
+            .or_else(|| Some(Default::default()))
+    } else if def.plural == "namespaces" && def.group.is_empty() {
+        Some(labels_of(obj.as_ref().or(old).unwrap_or(&Value::Null)))
+    } else {
+        None
+    };
+    let version = ctx.t.version.clone();
+    let sub = ctx.t.sub.clone().unwrap_or_default();
+    let input = Input {
+        op,
+        group: &def.group,
+        version: &version,
+        resource: &def.plural,
+        sub: &sub,
+        namespaced: def.namespaced,
+        ns_labels,
+    };
+    let mut obj = obj;
+    for (configs, is_mutating) in [(mutating, true), (validating, false)] {
+        for cfg in configs {
+            let hooks = cfg
+                .get("webhooks")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for wh in hooks {
+                if !webhook_matches(&wh, &input, obj.as_ref(), old) {
+                    continue;
+                }
+                let wname = wh.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+                let review = review(ctx, &input, &def.kind, obj.as_ref(), old);
+                let timeout = wh
+                    .get("timeoutSeconds")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(10)
+                    .clamp(1, 30);
+                let uid = review["request"]["uid"].as_str().unwrap_or("").to_string();
+                let res = match tokio::time::timeout(Duration::from_secs(timeout), call(&ctx.st, &wh, &review)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(format!(
+                        "failed to call webhook: Post {:?}: context deadline exceeded",
+                        target_url(&wh)
+                    )),
+                };
+                let res = res.and_then(|resp| handle_response(&wname, &uid, resp, is_mutating, obj.as_mut()));
+                match res {
+                    Ok(Outcome::Allowed(warnings)) => ctx.warnings.extend(warnings),
+                    Ok(Outcome::Denied(e)) => return Err(e),
+                    Err(msg) => {
+                        let ignore = wh.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
+                        if ignore {
+                            tracing::warn!(webhook = %wname, error = %msg, "webhook failed, ignoring (failurePolicy=Ignore)");
+                            continue;
+                        }
+                        return Err(ApiError::internal(format!("failed calling webhook \"{wname}\": {msg}")));
+                    }
+                }
+            }
+        }
+    }
+    Ok(obj)
+}
+
+fn review(ctx: &Ctx, i: &Input, kind: &str, obj: Option<&Value>, old: Option<&Value>) -> Value {
+    let name = obj.or(old).map(name_of).unwrap_or("");
+    let gvk = json!({"group": i.group, "version": i.version, "kind": kind});
+    let gvr = json!({"group": i.group, "version": i.version, "resource": i.resource});
+    let opts_kind = match i.op {
+        "CREATE" => "CreateOptions",
+        "UPDATE" => "UpdateOptions",
+        _ => "DeleteOptions",
+    };
+    let mut options = json!({"apiVersion": "meta.k8s.io/v1", "kind": opts_kind});
+    if i.op != "DELETE" {
+        options["fieldManager"] = json!(ctx.manager());
+    }
+    let mut req = json!({
+        "uid": new_uid(),
+        "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+        "name": name, "operation": i.op,
+        "userInfo": {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]},
+        "object": obj.cloned().unwrap_or(Value::Null),
+        "oldObject": old.cloned().unwrap_or(Value::Null),
+        "dryRun": ctx.dry_run(),
+        "options": options,
+    });
+    if !i.sub.is_empty() {
+        req["subResource"] = json!(i.sub);
+        req["requestSubResource"] = json!(i.sub);
+    }
+    if i.namespaced {
+        req["namespace"] = json!(ctx.t.ns());
+    } else if i.resource == "namespaces" && i.group.is_empty() {
+        req["namespace"] = json!(name);
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+}
+
+enum Outcome {
+    Allowed(Vec<String>),
+    Denied(ApiError),
+}
+
+fn handle_response(
+    wname: &str,
+    uid: &str,
+    review: Value,
+    is_mutating: bool,
+    obj: Option<&mut Value>,
+) -> Result<Outcome, String> {
+    let resp = review
+        .get("response")
+        .ok_or("received invalid webhook response: response is missing")?;
+    let ruid = resp.get("uid").and_then(Value::as_str).unwrap_or("");
+    if ruid != uid {
+        return Err(format!(
+            "received invalid webhook response: expected response.uid=\"{uid}\", got \"{ruid}\""
+        ));
+    }
+    let warnings = str_list(resp.get("warnings"));
+    if resp.get("allowed").and_then(Value::as_bool) != Some(true) {
+        let st = resp.get("status").cloned().unwrap_or(json!({}));
+        let code = st
+            .get("code")
+            .and_then(Value::as_u64)
+            .filter(|c| *c >= 400)
+            .unwrap_or(400) as u16;
+        let msg = st.get("message").and_then(Value::as_str).unwrap_or("");
+        let reason = st.get("reason").and_then(Value::as_str).unwrap_or("");
+        let denied = format!("admission webhook \"{wname}\" denied the request");
+        let message = if !msg.is_empty() {
+            format!("{denied}: {msg}")
+        } else if !reason.is_empty() {
+            format!("{denied}: {reason}")
+        } else {
+            format!("{denied} without explanation")
+        };
+        let reason = if !reason.is_empty() {
+            reason.to_string()
+        } else {
+            match code {
+                403 => "Forbidden",
+                409 => "Conflict",
+                422 => "Invalid",
+                _ => "BadRequest",
+            }
+            .to_string()
+        };
+        return Ok(Outcome::Denied(ApiError::new(code, &reason, message)));
+    }
+    if is_mutating {
+        if let Some(p) = resp.get("patch").and_then(Value::as_str) {
+            let pt = resp.get("patchType").and_then(Value::as_str).unwrap_or("");
+            if pt != "JSONPatch" {
+                return Err(format!("unsupported patch type {pt:?}"));
+            }
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(p)
+                .map_err(|e| format!("invalid patch encoding: {e}"))?;
+            let patch: json_patch::Patch =
+                serde_json::from_slice(&raw).map_err(|e| format!("invalid JSON patch: {e}"))?;
+            if let Some(o) = obj {
+                let mut copy = o.clone();
+                json_patch::patch(&mut copy, &patch).map_err(|e| format!("JSON patch could not be applied: {e}"))?;
+                *o = copy;
+            }
+        }
+    }
+    Ok(Outcome::Allowed(warnings))
+}
+
+fn target_url(wh: &Value) -> String {
+    let cc = wh.get("clientConfig").cloned().unwrap_or(json!({}));
+    if let Some(u) = cc.get("url").and_then(Value::as_str) {
+        return u.to_string();
+    }
+    let s = cc.get("service").cloned().unwrap_or(json!({}));
+    let g = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let port = s.get("port").and_then(Value::as_u64).unwrap_or(443);
+    format!("https://{}.{}.svc:{port}{}", g("name"), g("namespace"), g("path"))
+}
+
+async fn call(st: &crate::server::State, wh: &Value, review: &Value) -> Result<Value, String> {
+    let cc = wh.get("clientConfig").cloned().unwrap_or(json!({}));
+    let url = target_url(wh);
+    let fail = |e: String| format!("failed to call webhook: Post {url:?}: {e}");
+    let (addr, host, path): (SocketAddr, String, String) = if let Some(u) = cc.get("url").and_then(Value::as_str) {
+        let uri: axum::http::Uri = u.parse().map_err(|e| fail(format!("invalid url: {e}")))?;
+        if uri.scheme_str() != Some("https") {
+            return Err(fail("webhook url must use https".into()));
+        }
+        let host = uri.host().unwrap_or("").trim_matches(['[', ']']).to_string();
+        let port = uri.port_u16().unwrap_or(443);
+        let addr = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .next()
+            .ok_or_else(|| fail(format!("no address for {host}")))?;
+        let path = uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        (addr, host, path)
+    } else if let Some(s) = cc.get("service") {
+        let g = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let (ns, name) = (g("namespace"), g("name"));
+        let port = s.get("port").and_then(Value::as_u64).unwrap_or(443) as u16;
+        let addr = st
+            .service_map
+            .read()
+            .ok()
+            .and_then(|m| m.get(&(ns.clone(), name.clone(), port)).copied())
+            .ok_or_else(|| {
+                fail(format!(
+                    "service \"{ns}/{name}\" port {port} is not in the embedded server's service map"
+                ))
+            })?;
+        let path = match g("path") {
+            p if p.is_empty() => "/".to_string(),
+            p => p,
+        };
+        (addr, format!("{name}.{ns}.svc"), path)
+    } else {
+        return Err(fail("clientConfig has neither url nor service".into()));
+    };
+    let ca = cc
+        .get("caBundle")
+        .and_then(Value::as_str)
+        .ok_or_else(|| fail("clientConfig.caBundle is required by the embedded server".into()))?;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(ca.trim())
+        .map_err(|e| fail(format!("invalid caBundle encoding: {e}")))?;
+    let tls_cfg = crate::tls::client_config_from_pem(&pem).map_err(fail)?;
+    let server_name =
+        ServerName::try_from(host.clone()).map_err(|e| fail(format!("invalid server name {host:?}: {e}")))?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| fail(format!("dial tcp {addr}: {e}")))?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(tls_cfg))
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| fail(format!("tls: {e}")))?;
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let body = serde_json::to_vec(review).map_err(|e| fail(e.to_string()))?;
+    let req = axum::http::Request::builder()
+        .method("POST")
+        .uri(if h2 {
+            format!("https://{host}:{}{path}", addr.port())
+        } else {
+            path.clone()
+        })
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("host", format!("{host}:{}", addr.port()))
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| fail(e.to_string()))?;
+    let resp = if h2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let conn_task = tokio::spawn(conn);
+        let r = sender.send_request(req).await;
+        let out = match r {
+            Ok(resp) => read(resp).await,
+            Err(e) => Err(e.to_string()),
+        };
+        conn_task.abort();
+        out
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let conn_task = tokio::spawn(conn);
+        let r = sender.send_request(req).await;
+        let out = match r {
+            Ok(resp) => read(resp).await,
+            Err(e) => Err(e.to_string()),
+        };
+        conn_task.abort();
+        out
+    }
+    .map_err(fail)?;
+    let (code, bytes) = resp;
+    if !(200..300).contains(&code) {
+        return Err(fail(format!(
+            "webhook returned HTTP {code}: {}",
+            String::from_utf8_lossy(&bytes)
+        )));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("received invalid webhook response: {e}"))
+}
+
+async fn read(resp: hyper::Response<hyper::body::Incoming>) -> Result<(u16, Bytes), String> {
+    let code = resp.status().as_u16();
+    let b = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((code, b))
+}

@@ -1,0 +1,242 @@
+//! WATCH: streamed JSON lines, resume from history, bookmarks, timeouts, selectors.
+//!
+//! A watch is a plain stream polled by the connection task (no spawned task), so it is
+//! dropped as soon as the client goes away.
+
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::{present, selectors, table, wants_table, Ctx};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::server::{State, Target};
+use crate::store::EventType;
+use axum::body::Body;
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+struct W {
+    st: Arc<State>,
+    t: Target,
+    name: Option<String>,
+    ls: LabelSelector,
+    fs: FieldSelector,
+    table: bool,
+    pending: VecDeque<Bytes>,
+    cursor: u64,
+    rx: tokio::sync::watch::Receiver<u64>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    deadline: Instant,
+    bookmarks: bool,
+    next_bookmark: Instant,
+    sent: usize,
+    done_after_pending: bool,
+}
+
+impl Drop for W {
+    fn drop(&mut self) {
+        self.st.active_watches.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl W {
+    fn matches(&self, obj: &Value) -> bool {
+        if let Some(n) = &self.name {
+            if crate::util::name_of(obj) != n {
+                return false;
+            }
+        }
+        self.ls.matches(obj) && self.fs.matches(obj)
+    }
+
+    fn line(&self, typ: &str, obj: &Value) -> Bytes {
+        let o = if typ == "ERROR" || typ == "BOOKMARK" {
+            obj.clone()
+        } else if self.table {
+            let mut t = table(&[present(&self.t, obj)], json!({}));
+            t["metadata"] = json!({"resourceVersion": crate::util::rv_of(obj).to_string()});
+            t
+        } else {
+            present(&self.t, obj)
+        };
+        let mut v = serde_json::to_vec(&json!({"type": typ, "object": o})).unwrap_or_default();
+        v.push(b'\n');
+        Bytes::from(v)
+    }
+
+    fn bookmark(&self, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": self.cursor.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let o = json!({
+            "kind": self.t.def.kind, "apiVersion": self.t.def.api_version(&self.t.version),
+            "metadata": meta,
+        });
+        self.line("BOOKMARK", &o)
+    }
+
+    fn gone(&mut self, oldest: u64) {
+        let st = ApiError::gone(format!(
+            "too old resource version: {} ({})",
+            self.cursor,
+            oldest.saturating_sub(1)
+        ))
+        .status();
+        let l = self.line("ERROR", &st);
+        self.pending.push_back(l);
+        self.done_after_pending = true;
+    }
+
+    /// Moves history events after the cursor into `pending`.
+    fn pull(&mut self) {
+        match self.st.store.events_since(self.cursor, 1024) {
+            Err(oldest) => self.gone(oldest),
+            Ok(evs) => {
+                let gr = self.t.gr();
+                for e in evs {
+                    self.cursor = e.rv;
+                    if e.gr != gr {
+                        continue;
+                    }
+                    if let Some(ns) = &self.t.namespace {
+                        if e.ns != *ns {
+                            continue;
+                        }
+                    }
+                    let now = self.matches(&e.object);
+                    let typ = match e.typ {
+                        EventType::Modified => {
+                            let before = e.prev.as_ref().is_some_and(|p| self.matches(p));
+                            match (before, now) {
+                                (true, true) => "MODIFIED",
+                                (false, true) => "ADDED",
+                                (true, false) => "DELETED",
+                                (false, false) => continue,
+                            }
+                        }
+                        t => {
+                            if !now {
+                                continue;
+                            }
+                            t.as_str()
+                        }
+                    };
+                    let l = self.line(typ, &e.object);
+                    self.pending.push_back(l);
+                }
+            }
+        }
+    }
+}
+
+async fn step(mut w: W) -> Option<(Result<Bytes, Infallible>, W)> {
+    loop {
+        if let Some(b) = w.pending.pop_front() {
+            if w.st.faults.should_cut(w.sent) {
+                return None;
+            }
+            w.sent += 1;
+            return Some((Ok(b), w));
+        }
+        if w.done_after_pending {
+            return None;
+        }
+        w.rx.borrow_and_update();
+        w.pull();
+        if !w.pending.is_empty() || w.done_after_pending {
+            continue;
+        }
+        let bookmark_at = w.next_bookmark;
+        let bookmarks = w.bookmarks;
+        tokio::select! {
+            r = w.rx.changed() => {
+                if r.is_err() {
+                    return None;
+                }
+            }
+            _ = tokio::time::sleep_until(w.deadline) => return None,
+            _ = tokio::time::sleep_until(bookmark_at), if bookmarks => {
+                let b = w.bookmark(false);
+                w.pending.push_back(b);
+                w.next_bookmark = Instant::now() + w.st.bookmark_interval;
+            }
+            _ = w.shutdown.changed() => return None,
+        }
+    }
+}
+
+pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
+    let (ls, fs) = selectors(&ctx.q)?;
+    let timeout = match ctx.q.get("timeoutSeconds").filter(|s| !s.is_empty()) {
+        Some(s) => Duration::from_secs(
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))?,
+        ),
+        None => Duration::from_secs(1800),
+    };
+    let rv_param = ctx.q.get("resourceVersion").cloned().unwrap_or_default();
+    let send_initial = crate::util::query_bool(&ctx.q, "sendInitialEvents");
+    let bookmarks = crate::util::query_bool(&ctx.q, "allowWatchBookmarks");
+    if send_initial && !bookmarks {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            "allowWatchBookmarks",
+            "Required value: allowWatchBookmarks must be set to true when sendInitialEvents is set",
+        ));
+    }
+    let rx = ctx.st.store.subscribe();
+    ctx.st.active_watches.fetch_add(1, Ordering::SeqCst);
+    let mut w = W {
+        st: ctx.st.clone(),
+        t: ctx.t.clone(),
+        name: ctx.t.name.clone(),
+        ls,
+        fs,
+        table: wants_table(&ctx.headers),
+        pending: VecDeque::new(),
+        cursor: 0,
+        rx,
+        shutdown: ctx.st.shutdown.clone(),
+        deadline: Instant::now() + timeout,
+        bookmarks,
+        next_bookmark: Instant::now() + ctx.st.bookmark_interval,
+        sent: 0,
+        done_after_pending: false,
+    };
+    if rv_param.is_empty() || rv_param == "0" || send_initial {
+        let (items, rv) = ctx.st.store.list(&ctx.t.gr(), ctx.t.namespace.as_deref());
+        w.cursor = rv;
+        let lines: Vec<Bytes> = items
+            .iter()
+            .filter(|o| w.matches(o))
+            .map(|o| w.line("ADDED", o))
+            .collect();
+        w.pending.extend(lines);
+        if send_initial {
+            let b = w.bookmark(true);
+            w.pending.push_back(b);
+        }
+    } else {
+        w.cursor = rv_param
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv_param:?}")))?;
+        if let Err(oldest) = ctx.st.store.events_since(w.cursor, 0) {
+            w.gone(oldest);
+        }
+    }
+    let stream = futures::stream::unfold(w, step);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(Body::from_stream(stream))
+        .map_err(|e| ApiError::internal(e.to_string()))
+}

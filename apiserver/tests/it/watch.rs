@@ -1,0 +1,258 @@
+use crate::common::*;
+use crate::discovery::{widget_ar, widget_crd};
+use btp_apiserver::Config;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, WatchParams};
+use kube::core::WatchEvent;
+use serde_json::json;
+use std::time::Duration;
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "w"}}})).unwrap()
+}
+
+async fn next<S>(s: &mut S) -> WatchEvent<ConfigMap>
+where
+    S: futures::Stream<Item = Result<WatchEvent<ConfigMap>, kube::Error>> + Unpin,
+{
+    tokio::time::timeout(Duration::from_secs(5), s.try_next())
+        .await
+        .expect("event before deadline")
+        .expect("no error")
+        .expect("stream not ended")
+}
+
+fn name(e: &WatchEvent<ConfigMap>) -> String {
+    match e {
+        WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => o.metadata.name.clone().unwrap(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn resume_from_resource_version() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    let a = api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let rv = a.metadata.resource_version.unwrap();
+    api.create(&PostParams::default(), &cm("b")).await.unwrap();
+    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"x": "1"}})))
+        .await
+        .unwrap();
+    api.delete("b", &DeleteParams::default()).await.unwrap();
+    let mut w = api
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let evs = [next(&mut w).await, next(&mut w).await, next(&mut w).await];
+    assert!(
+        matches!(evs[0], WatchEvent::Added(_)) && name(&evs[0]) == "b",
+        "{:?}",
+        evs[0]
+    );
+    assert!(matches!(evs[1], WatchEvent::Modified(_)) && name(&evs[1]) == "a");
+    assert!(matches!(evs[2], WatchEvent::Deleted(_)) && name(&evs[2]) == "b");
+    // then live events
+    api.create(&PostParams::default(), &cm("c")).await.unwrap();
+    let e = next(&mut w).await;
+    assert!(matches!(e, WatchEvent::Added(_)) && name(&e) == "c");
+    // rv=0 starts with synthetic ADDED for current objects
+    let mut w0 = api
+        .watch(&WatchParams::default().timeout(5), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let mut got = vec![name(&next(&mut w0).await), name(&next(&mut w0).await)];
+    got.sort();
+    assert_eq!(got, ["a", "c"]);
+}
+
+#[tokio::test]
+async fn watch_selectors_and_single_name() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    let rv = api
+        .create(&PostParams::default(), &cm("seed"))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut byname = api
+        .watch(&WatchParams::default().fields("metadata.name=target").timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut bylabel = api
+        .watch(&WatchParams::default().labels("sel=yes").timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &cm("other")).await.unwrap();
+    api.create(&PostParams::default(), &cm("target")).await.unwrap();
+    assert_eq!(name(&next(&mut byname).await), "target");
+    // labelling an object into the selector yields ADDED, out of it DELETED
+    api.patch(
+        "other",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"sel": "yes"}}})),
+    )
+    .await
+    .unwrap();
+    let e = next(&mut bylabel).await;
+    assert!(matches!(e, WatchEvent::Added(_)) && name(&e) == "other", "{e:?}");
+    api.patch(
+        "other",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"sel": "no"}}})),
+    )
+    .await
+    .unwrap();
+    let e = next(&mut bylabel).await;
+    assert!(matches!(e, WatchEvent::Deleted(_)), "{e:?}");
+}
+
+#[tokio::test]
+async fn expired_resource_version_is_gone() {
+    let srv = start_with(Config {
+        history: 5,
+        ..Default::default()
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    let first = api
+        .create(&PostParams::default(), &cm("x0"))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    for i in 1..10 {
+        api.create(&PostParams::default(), &cm(&format!("x{i}"))).await.unwrap();
+    }
+    let mut w = api.watch(&WatchParams::default(), &first).await.unwrap().boxed();
+    match next(&mut w).await {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410 ERROR event, got {other:?}"),
+    }
+    assert!(w.try_next().await.unwrap().is_none(), "stream ends after the error");
+}
+
+#[tokio::test]
+async fn bookmarks_and_timeout() {
+    let srv = start_with(Config {
+        bookmark_interval: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    let mut w = api
+        .watch(&WatchParams::default().timeout(2), "0")
+        .await
+        .unwrap()
+        .boxed();
+    match next(&mut w).await {
+        WatchEvent::Bookmark(b) => assert!(!b.metadata.resource_version.is_empty()),
+        other => panic!("expected bookmark, got {other:?}"),
+    }
+    // timeoutSeconds ends the stream
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(r) = w.next().await {
+            r.unwrap();
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "stream ended by timeoutSeconds");
+}
+
+#[tokio::test]
+async fn streaming_list_initial_events() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    api.create(&PostParams::default(), &cm("pre")).await.unwrap();
+    let mut w = api
+        .watch(&WatchParams::streaming_lists().timeout(5), "")
+        .await
+        .unwrap()
+        .boxed();
+    assert_eq!(name(&next(&mut w).await), "pre");
+    match next(&mut w).await {
+        WatchEvent::Bookmark(b) => assert_eq!(
+            b.metadata
+                .annotations
+                .get("k8s.io/initial-events-end")
+                .map(String::as_str),
+            Some("true")
+        ),
+        other => panic!("expected initial-events-end bookmark, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn watches_do_not_leak() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    let mut w = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    next(&mut w).await;
+    assert_eq!(srv.active_watches(), 1);
+    drop(w);
+    // the next write makes the server notice the closed connection at the latest
+    api.create(&PostParams::default(), &cm("b")).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || async { srv.active_watches() == 0 }).await,
+        "watch stream dropped"
+    );
+}
+
+#[tokio::test]
+async fn runtime_watcher_sees_custom_resources() {
+    use kube::runtime::watcher;
+    let srv = start().await;
+    let client = srv.client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &widget_crd(true)).await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &widget_ar());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stream = watcher::watcher(api.clone(), watcher::Config::default());
+    let task = tokio::spawn(async move {
+        let mut s = std::pin::pin!(stream);
+        while let Some(ev) = s.next().await {
+            let ev = ev.expect("watcher error");
+            let _ = tx.send(match ev {
+                watcher::Event::Apply(o) => format!("apply:{}:{}", o.metadata.name.unwrap(), o.data["spec"]["size"]),
+                watcher::Event::Delete(o) => format!("delete:{}", o.metadata.name.unwrap()),
+                watcher::Event::InitDone => "initdone".into(),
+                _ => continue,
+            });
+        }
+    });
+    async fn expect(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>, want: &str) {
+        let got = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect(want)
+            .unwrap();
+        assert_eq!(got, want);
+    }
+    expect(&mut rx, "initdone").await;
+    let w: DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}),
+    )
+    .unwrap();
+    api.create(&PostParams::default(), &w).await.unwrap();
+    expect(&mut rx, "apply:w:1").await;
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"size": 2}})),
+    )
+    .await
+    .unwrap();
+    expect(&mut rx, "apply:w:2").await;
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    expect(&mut rx, "delete:w").await;
+    task.abort();
+}

@@ -1,0 +1,210 @@
+//! Start-up and wiring of the `run` command; generated artifacts (CRD, webhook manifests).
+
+use crate::cli::RunArgs;
+use crate::{ops, webhook_certs};
+use anyhow::Context as _;
+use btp_api::names;
+use btp_webhooks::manifests::{Endpoint, WebhookManifests};
+use btp_webhooks::metrics::WebhookMetrics;
+use btp_webhooks::tls::{server_config, CertDir, SwappableCert};
+use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
+use prometheus_client::registry::Registry;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The CRD as YAML (what `deploy/crd.yaml` holds).
+pub fn crd_yaml() -> anyhow::Result<String> {
+    let crd = btp_api::BtpOperator::crd().context("building the CRD")?;
+    Ok(serde_yaml_ng::to_string(&crd)?)
+}
+
+/// `btp-manager crd`.
+pub fn print_crd() -> anyhow::Result<()> {
+    print!("{}", crd_yaml()?);
+    Ok(())
+}
+
+/// The webhook configurations as YAML (what `deploy/webhooks.yaml` holds).
+pub fn webhook_manifests_yaml(namespace: &str) -> anyhow::Result<String> {
+    Ok(WebhookManifests::in_cluster(namespace).to_yaml()?)
+}
+
+/// `btp-manager webhook-manifests`.
+pub fn print_webhook_manifests(namespace: &str) -> anyhow::Result<()> {
+    print!("{}", webhook_manifests_yaml(namespace)?);
+    Ok(())
+}
+
+/// A future that resolves once shutdown was requested.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Where the API server reaches our webhooks and which names the serving certificate needs.
+fn webhook_endpoint(args: &RunArgs) -> (Endpoint, Vec<String>, Vec<IpAddr>) {
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let svc = format!("{}.{}.svc", names::webhook::SERVICE_NAME, args.namespace);
+    let mut dns = vec![svc.clone(), format!("{svc}.cluster.local")];
+    let mut ips = args.webhook.webhook_ips.clone();
+    dns.extend(args.webhook.webhook_dns_names.iter().cloned());
+    let url = match (&args.webhook.webhook_url, in_cluster) {
+        (Some(url), _) => Some(url.clone()),
+        (None, true) => None,
+        (None, false) => Some(format!("https://127.0.0.1:{}", args.webhook_bind_address.port())),
+    };
+    let endpoint = match url {
+        None => Endpoint::Service {
+            namespace: args.namespace.clone(),
+        },
+        Some(url) => {
+            let host = url
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_string()));
+            match host.as_deref().map(str::parse::<IpAddr>) {
+                Some(Ok(ip)) => ips.push(ip),
+                Some(Err(_)) => dns.extend(host),
+                None => {}
+            }
+            Endpoint::Url(url)
+        }
+    };
+    dns.sort();
+    dns.dedup();
+    ips.sort();
+    ips.dedup();
+    (endpoint, dns, ips)
+}
+
+/// `btp-manager run`: webhook server with self-managed certificates, metrics and health endpoints.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (KUBECONFIG, ~/.kube/config or in-cluster)")?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested");
+        let _ = stop_tx.send(true);
+    });
+
+    let mut registry = Registry::default();
+    let webhook_metrics = WebhookMetrics::register(&mut registry);
+    let registry = Arc::new(Mutex::new(registry));
+    let ready = ops::Readiness::default();
+    serve_plain(
+        args.metrics_bind_address,
+        ops::metrics_router(registry.clone()),
+        stopped(stop_rx.clone()),
+    )
+    .await?;
+    serve_plain(
+        args.health_probe_bind_address,
+        ops::health_router(ready.clone()),
+        stopped(stop_rx.clone()),
+    )
+    .await?;
+
+    let (endpoint, dns_names, ip_addresses) = webhook_endpoint(&args);
+    let manifests = WebhookManifests {
+        endpoint,
+        secret_namespace: args.chart_namespace.clone(),
+        secret_name: args.secret_name.clone(),
+        ca_bundle: Vec::new(),
+    };
+    let cert: Arc<SwappableCert> = match &args.webhook.webhook_cert_dir {
+        Some(dir) => {
+            let files = CertDir::new(dir);
+            let cert = files
+                .load()
+                .await
+                .with_context(|| format!("loading webhook certificates from {}", dir.display()))?;
+            tokio::spawn(files.watch(cert.clone(), Duration::from_secs(10)));
+            tracing::info!(dir = %dir.display(), "serving webhook certificates from files; caBundle is not managed");
+            cert
+        }
+        None => {
+            let mut policy = btp_certs::rotation::Policy::new(dns_names, ip_addresses);
+            policy.key = args.webhook.webhook_key_algorithm;
+            let certs = webhook_certs::WebhookCerts::new(
+                client.clone(),
+                &args.namespace,
+                &args.webhook.webhook_cert_secret,
+                policy,
+                manifests,
+            );
+            let stored = certs.settle().await.context("preparing the webhook certificates")?;
+            let leaf = stored.leaf.as_ref().context("no serving certificate after settling")?;
+            let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
+            certs
+                .publish(&stored, &cert)
+                .await
+                .context("publishing the webhook CA bundle")?;
+            tokio::spawn(certs.run(cert.clone(), stopped(stop_rx.clone())));
+            cert
+        }
+    };
+
+    let rules = RulesConfig {
+        secret_namespace: args.chart_namespace.clone(),
+        secret_name: args.secret_name.clone(),
+    };
+    let state =
+        WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone()))).with_metrics(webhook_metrics);
+    let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
+        .await
+        .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
+    tracing::info!(address = %args.webhook_bind_address, "webhook server listening");
+    ready.set(true);
+    btp_webhooks::server::serve(
+        listener,
+        server_config(cert)?,
+        btp_webhooks::router(state),
+        stopped(stop_rx),
+    )
+    .await
+    .context("webhook server")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Serve a plain-HTTP router in the background until `shutdown`.
+async fn serve_plain(
+    addr: std::net::SocketAddr,
+    router: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+            tracing::error!(error = %e, %addr, "HTTP server failed");
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! Command line (flags follow reference-behaviour.md §2.2 where they exist there).
+
+use clap::{Args, Parser, Subcommand};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+/// BTP Manager: installs and manages the SAP BTP service operator, and guards its inputs with
+/// admission webhooks.
+#[derive(Parser, Debug)]
+#[command(name = "btp-manager", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the manager against the cluster of the current kubeconfig (or in-cluster config).
+    Run(Box<RunArgs>),
+    /// Print the BtpOperator CustomResourceDefinition (the source of deploy/crd.yaml).
+    Crd,
+    /// Print the manager's own webhook configurations (the source of deploy/webhooks.yaml).
+    WebhookManifests {
+        /// Namespace of the manager's webhook Service.
+        #[arg(long, default_value = btp_api::names::KYMA_SYSTEM)]
+        namespace: String,
+    },
+}
+
+/// Flags of `run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Address of the Prometheus metrics endpoint (`/metrics`).
+    #[arg(long, default_value = "0.0.0.0:8080", value_parser = parse_bind)]
+    pub metrics_bind_address: SocketAddr,
+    /// Address of the health endpoints (`/healthz`, `/readyz`).
+    #[arg(long, default_value = "0.0.0.0:8081", value_parser = parse_bind)]
+    pub health_probe_bind_address: SocketAddr,
+    /// Address of the HTTPS admission webhook server.
+    #[arg(long, default_value = "0.0.0.0:9443", value_parser = parse_bind)]
+    pub webhook_bind_address: SocketAddr,
+    /// Namespace the manager runs in (its webhook Service and certificate Secret live there).
+    #[arg(long, env = "POD_NAMESPACE", default_value = btp_api::names::KYMA_SYSTEM)]
+    pub namespace: String,
+    /// Namespace of the operand and of the required credentials Secret.
+    #[arg(long, default_value = btp_api::names::KYMA_SYSTEM)]
+    pub chart_namespace: String,
+    /// Name of the required credentials Secret.
+    #[arg(long, default_value = btp_api::names::REQUIRED_SECRET_NAME)]
+    pub secret_name: String,
+    /// Enable leader election (only the leader reconciles; every replica serves webhooks).
+    #[arg(long)]
+    pub leader_elect: bool,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+}
+
+/// Webhook TLS flags.
+#[derive(Args, Debug, Clone)]
+pub struct WebhookArgs {
+    /// Serve `tls.crt`/`tls.key` from this directory (e.g. a cert-manager Secret volume), reloaded when
+    /// they change, instead of certificates the manager creates. The caBundle is then not managed.
+    #[arg(long)]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// Secret (in --namespace) holding the manager's own webhook CA and serving certificate.
+    #[arg(long, default_value = btp_api::names::webhook::CERT_SECRET_NAME)]
+    pub webhook_cert_secret: String,
+    /// Register the webhook configurations with this base URL instead of the in-cluster Service (for a
+    /// manager running outside the cluster). Default outside a cluster: https://127.0.0.1:<webhook port>.
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+    /// Extra DNS names for the serving certificate.
+    #[arg(long = "webhook-dns-name")]
+    pub webhook_dns_names: Vec<String>,
+    /// Extra IP addresses for the serving certificate.
+    #[arg(long = "webhook-ip")]
+    pub webhook_ips: Vec<IpAddr>,
+    /// Key algorithm of the webhook certificates: ecdsa-p256, rsa-2048, rsa-3072 or rsa-4096.
+    #[arg(long, default_value = "ecdsa-p256")]
+    pub webhook_key_algorithm: btp_certs::KeyAlgorithm,
+}
+
+/// Accept Go-style `:8080` as well as `host:port`.
+fn parse_bind(value: &str) -> Result<SocketAddr, String> {
+    let full = if value.starts_with(':') {
+        format!("0.0.0.0{value}")
+    } else {
+        value.to_string()
+    };
+    full.parse()
+        .map_err(|e| format!("{value:?} is not an address like :8080 or 127.0.0.1:8080 ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn go_style_bind_addresses_are_accepted() {
+        assert_eq!(parse_bind(":8080").unwrap(), "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(parse_bind("127.0.0.1:9443").unwrap(), "127.0.0.1:9443".parse().unwrap());
+        assert!(parse_bind("8080").unwrap_err().contains("not an address"));
+    }
+
+    #[test]
+    fn run_defaults_match_the_reference() {
+        let cli = Cli::try_parse_from(["btp-manager", "run"]).unwrap();
+        let Command::Run(args) = cli.command else { panic!("run") };
+        let args = *args;
+        assert_eq!(args.metrics_bind_address.port(), 8080);
+        assert_eq!(args.health_probe_bind_address.port(), 8081);
+        assert_eq!(args.webhook_bind_address.port(), 9443);
+        assert_eq!(args.chart_namespace, "kyma-system");
+        assert_eq!(args.secret_name, "sap-btp-manager");
+        assert_eq!(args.webhook.webhook_key_algorithm, btp_certs::KeyAlgorithm::EcdsaP256);
+        assert!(Cli::try_parse_from(["btp-manager", "run", "--webhook-key-algorithm", "dsa"]).is_err());
+    }
+}

@@ -1,0 +1,12 @@
+//! BTP Manager: installs and manages the SAP BTP service operator, with admission webhooks.
+//!
+//! - `app`: the `run` command's wiring and the generated artifacts.
+//! - `cli`: flags.
+//! - `webhook_certs`: the manager's own webhook certificates in the cluster.
+//! - `ops`: metrics and health endpoints; `telemetry`: logging.
+
+pub mod app;
+pub mod cli;
+pub mod ops;
+pub mod telemetry;
+pub mod webhook_certs;

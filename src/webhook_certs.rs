@@ -1,0 +1,251 @@
+//! The manager's own webhook certificates in the cluster: keep the Secret settled, serve its leaf, and
+//! publish its CA bundle in the manager's webhook configurations.
+//!
+//! What to do is decided by `btp_certs::rotation` (pure); this module only reads and writes the API.
+//! Every write of the Secret is a create-if-absent or an update carrying the `resourceVersion` it read,
+//! so replicas starting together converge on one CA: the loser of a race re-reads and adopts the winner's.
+
+use btp_api::names;
+use btp_certs::rotation::{self, Policy, Step, Stored};
+use btp_webhooks::manifests::WebhookManifests;
+use btp_webhooks::tls::SwappableCert;
+use futures::StreamExt as _;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Why a round failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CertsError {
+    /// An API call failed.
+    #[error("{action}: {source}")]
+    Api {
+        /// What was attempted.
+        action: String,
+        /// The error.
+        source: kube::Error,
+    },
+    /// Generating or reading a certificate failed.
+    #[error("certificate: {0}")]
+    Cert(#[from] btp_certs::CertError),
+    /// The settled Secret holds no usable serving certificate.
+    #[error("serving certificate not loadable: {0}")]
+    Tls(#[from] btp_webhooks::tls::TlsError),
+    /// Other replicas kept winning the write race.
+    #[error("gave up after {0} conflicting writes of the certificate Secret")]
+    Conflicts(usize),
+    /// Certificate generation task failed.
+    #[error("certificate generation task: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> CertsError {
+    let action = action.into();
+    move |source| CertsError::Api { action, source }
+}
+
+/// Keeps the webhook certificate Secret, the served certificate and the caBundles in step.
+pub struct WebhookCerts {
+    client: kube::Client,
+    secrets: Api<Secret>,
+    secret_name: String,
+    policy: Policy,
+    manifests: WebhookManifests,
+}
+
+const MAX_CONFLICTS: usize = 8;
+
+impl WebhookCerts {
+    /// Manage Secret `secret_name` in `namespace`; publish into configurations built from `manifests`.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        secret_name: &str,
+        policy: Policy,
+        manifests: WebhookManifests,
+    ) -> Self {
+        Self {
+            secrets: Api::namespaced(client.clone(), namespace),
+            client,
+            secret_name: secret_name.into(),
+            policy,
+            manifests,
+        }
+    }
+
+    fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+        secret
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect()
+    }
+
+    fn secret(&self, stored: &Stored, resource_version: Option<String>) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(self.secret_name.clone()),
+                resource_version,
+                labels: Some(BTreeMap::from([
+                    (names::MANAGED_BY_LABEL.into(), names::MANAGED_BY_BTP_MANAGER.into()),
+                    (names::MODULE_LABEL.into(), names::MODULE_NAME.into()),
+                ])),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".into()),
+            data: Some(stored.to_data().into_iter().map(|(k, v)| (k, ByteString(v))).collect()),
+            ..Secret::default()
+        }
+    }
+
+    /// One round: read the Secret, settle it, write it back if anything changed. Returns what is stored.
+    pub async fn settle(&self) -> Result<Stored, CertsError> {
+        for _ in 0..MAX_CONFLICTS {
+            let existing = self
+                .secrets
+                .get_opt(&self.secret_name)
+                .await
+                .map_err(api_err("reading the webhook certificate Secret"))?;
+            let stored = existing
+                .as_ref()
+                .map(|s| Stored::from_data(&Self::secret_data(s)))
+                .unwrap_or_default();
+            let policy = self.policy.clone();
+            let current = stored.clone();
+            // RSA key generation can take seconds: keep it off the async workers.
+            let (next, steps) =
+                tokio::task::spawn_blocking(move || rotation::settle(&current, SystemTime::now(), &policy)).await??;
+            if steps.is_empty() {
+                return Ok(stored);
+            }
+            let result = match &existing {
+                None => {
+                    self.secrets
+                        .create(&PostParams::default(), &self.secret(&next, None))
+                        .await
+                }
+                Some(s) => {
+                    let rv = s.metadata.resource_version.clone();
+                    self.secrets
+                        .replace(&self.secret_name, &PostParams::default(), &self.secret(&next, rv))
+                        .await
+                }
+            };
+            match result {
+                Ok(_) => {
+                    for step in &steps {
+                        tracing::info!(secret = %self.secret_name, step = %describe(step), "webhook certificate updated");
+                    }
+                    return Ok(next);
+                }
+                // Another replica wrote first: read its result and decide again.
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(api_err("writing the webhook certificate Secret")(e)),
+            }
+        }
+        Err(CertsError::Conflicts(MAX_CONFLICTS))
+    }
+
+    /// Serve the stored leaf and publish the stored CA bundle in both webhook configurations.
+    pub async fn publish(&self, stored: &Stored, cert: &SwappableCert) -> Result<(), CertsError> {
+        let leaf = stored.leaf.as_ref().ok_or(btp_certs::CertError::NoCertificate)?;
+        let next = btp_webhooks::tls::certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
+        if cert.current().cert.first() != next.cert.first() {
+            cert.set(next);
+            tracing::info!("serving a new webhook certificate");
+        }
+        let manifests = WebhookManifests {
+            ca_bundle: stored.ca_bundle().into_bytes(),
+            ..self.manifests.clone()
+        };
+        apply_configurations(&self.client, &manifests).await
+    }
+
+    /// Keep everything in step until `shutdown`: wake on any change of the Secret and when the next
+    /// renewal is due; retry failures with backoff.
+    pub async fn run(self, cert: Arc<SwappableCert>, shutdown: impl std::future::Future<Output = ()>) {
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.secret_name));
+        let mut changes = watcher(self.secrets.clone(), config).boxed();
+        let mut failures = 0u32;
+        tokio::pin!(shutdown);
+        loop {
+            let wait = match self.settle().await {
+                Ok(stored) => match self.publish(&stored, &cert).await {
+                    Ok(()) => {
+                        failures = 0;
+                        until_next_check(&stored, &self.policy)
+                    }
+                    Err(e) => backoff(&mut failures, &e),
+                },
+                Err(e) => backoff(&mut failures, &e),
+            };
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep(wait) => {}
+                event = changes.next() => {
+                    if let Some(Err(e)) = event {
+                        tracing::debug!(error = %e, "webhook certificate Secret watch");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn describe(step: &Step) -> String {
+    match step {
+        Step::Keep => "keep".into(),
+        Step::Bootstrap(why) => format!("new CA and serving certificate ({why})"),
+        Step::IssueLeaf(why) => format!("new serving certificate ({why})"),
+        Step::StageNextCa => "next CA staged; caBundle now trusts old and new CA".into(),
+        Step::PromoteNextCa => "serving certificate now signed by the new CA".into(),
+        Step::DropPreviousCa => "retired CA removed from the caBundle".into(),
+    }
+}
+
+fn until_next_check(stored: &Stored, policy: &Policy) -> Duration {
+    let due = rotation::next_check(stored, policy)
+        .and_then(|t| t.duration_since(SystemTime::now()).ok())
+        .unwrap_or(Duration::from_secs(5));
+    // Re-check at least hourly (clock jumps, edits the watch missed); never spin.
+    due.clamp(Duration::from_secs(1), Duration::from_secs(3600))
+}
+
+fn backoff(failures: &mut u32, error: &CertsError) -> Duration {
+    *failures = failures.saturating_add(1);
+    let wait = Duration::from_millis(500).saturating_mul(2u32.saturating_pow((*failures).min(7)));
+    tracing::warn!(error = %error, retry_in = ?wait, "webhook certificates not in step");
+    wait.min(Duration::from_secs(60))
+}
+
+/// Server-side apply both webhook configurations (field manager `btp-manager`, force).
+pub async fn apply_configurations(client: &kube::Client, manifests: &WebhookManifests) -> Result<(), CertsError> {
+    let params = PatchParams::apply(names::FIELD_MANAGER).force();
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    validating
+        .patch(
+            names::webhook::VALIDATING_CONFIGURATION,
+            &params,
+            &Patch::Apply(&manifests.validating()),
+        )
+        .await
+        .map_err(api_err("applying the ValidatingWebhookConfiguration"))?;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    mutating
+        .patch(
+            names::webhook::MUTATING_CONFIGURATION,
+            &params,
+            &Patch::Apply(&manifests.mutating()),
+        )
+        .await
+        .map_err(api_err("applying the MutatingWebhookConfiguration"))?;
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! deploy/ holds what installs the manager. Generated files must match the Rust types they come from,
+//! and the hand-written ones must agree with the code (names, ports, flags).
+
+use btp_manager::app::{crd_yaml, webhook_manifests_yaml};
+use btp_manager::cli::{Cli, Command};
+use clap::Parser as _;
+use serde::Deserialize as _;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(deploy().join(name)).unwrap_or_else(|e| panic!("deploy/{name}: {e}"))
+}
+
+fn documents(name: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(&read(name))
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("deploy/{name}: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn regenerate_hint(file: &str, command: &str) -> String {
+    format!("deploy/{file} is out of date with the Rust types: run `cargo run -q -- {command} > deploy/{file}`")
+}
+
+#[test]
+fn crd_yaml_matches_the_rust_types() {
+    assert!(
+        read("crd.yaml") == crd_yaml().unwrap(),
+        "{}",
+        regenerate_hint("crd.yaml", "crd")
+    );
+}
+
+#[test]
+fn webhook_yaml_matches_the_rust_definition() {
+    assert!(
+        read("webhooks.yaml") == webhook_manifests_yaml("kyma-system").unwrap(),
+        "{}",
+        regenerate_hint("webhooks.yaml", "webhook-manifests")
+    );
+}
+
+#[test]
+fn every_manifest_parses_and_the_kustomization_lists_them_all() {
+    let kustomization = documents("kustomization.yaml").remove(0);
+    let listed: Vec<&str> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let mut on_disk: Vec<String> = std::fs::read_dir(deploy())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    on_disk.sort();
+    let mut listed_sorted: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
+    listed_sorted.sort();
+    assert_eq!(
+        listed_sorted, on_disk,
+        "kustomization.yaml resources vs files in deploy/"
+    );
+    for file in listed {
+        for doc in documents(file) {
+            assert!(
+                doc["apiVersion"].is_string() && doc["kind"].is_string(),
+                "deploy/{file}: {doc}"
+            );
+            assert!(doc["metadata"]["name"].is_string(), "deploy/{file}: unnamed object");
+        }
+    }
+}
+
+#[test]
+fn deployment_args_services_and_webhooks_agree() {
+    let deployment = documents("deployment.yaml").remove(0);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let mut argv = vec!["btp-manager".to_string()];
+    argv.extend(
+        container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string()),
+    );
+    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("deployment args {argv:?} do not parse: {e}"));
+    let Command::Run(args) = cli.command else {
+        panic!("the deployment must run `run`")
+    };
+
+    let ports: Vec<(String, u16)> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["containerPort"].as_u64().unwrap() as u16,
+            )
+        })
+        .collect();
+    let port = |name: &str| {
+        ports
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| *p)
+            .unwrap_or_else(|| panic!("port {name}"))
+    };
+    assert_eq!(port("webhook"), args.webhook_bind_address.port());
+    assert_eq!(port("metrics"), args.metrics_bind_address.port());
+    assert_eq!(port("health"), args.health_probe_bind_address.port());
+
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for service in documents("services.yaml") {
+        for (k, v) in service["spec"]["selector"].as_object().unwrap() {
+            assert_eq!(
+                &pod_labels[k], v,
+                "service {} selects pods the deployment does not label",
+                service["metadata"]["name"]
+            );
+        }
+        for p in service["spec"]["ports"].as_array().unwrap() {
+            port(p["targetPort"].as_str().unwrap());
+        }
+    }
+    let webhook_service = documents("services.yaml")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == btp_api::names::webhook::SERVICE_NAME)
+        .expect("the webhook Service");
+    assert_eq!(webhook_service["spec"]["ports"][0]["port"], 443);
+    for config in documents("webhooks.yaml") {
+        for hook in config["webhooks"].as_array().unwrap() {
+            assert_eq!(
+                hook["clientConfig"]["service"]["name"],
+                btp_api::names::webhook::SERVICE_NAME
+            );
+            assert_eq!(hook["clientConfig"]["service"]["port"], 443);
+        }
+    }
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        documents("service-account.yaml")[0]["metadata"]["name"]
+    );
+}
+
+#[test]
+fn the_manager_may_do_what_it_does() {
+    let rules: Vec<Value> = documents("rbac.yaml")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "btp-manager-manager-role")
+        .unwrap()["rules"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let allows = |group: &str, resource: &str, verb: &str| {
+        rules.iter().any(|r| {
+            r["apiGroups"].as_array().is_some_and(|g| g.iter().any(|g| g == group))
+                && r["resources"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().any(|x| x == resource))
+                && r["verbs"].as_array().is_some_and(|vs| vs.iter().any(|x| x == verb))
+        })
+    };
+    // What the webhook server and its certificate manager call.
+    for verb in ["get", "create", "update", "watch", "list"] {
+        assert!(allows("", "secrets", verb), "secrets {verb}");
+    }
+    for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+        assert!(allows("admissionregistration.k8s.io", kind, "patch"), "{kind} patch");
+    }
+    for kind in ["serviceinstances", "servicebindings"] {
+        assert!(allows("services.cloud.sap.com", kind, "list"), "{kind} list");
+    }
+}

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 /// The CRD as YAML (what `deploy/crd.yaml` holds).
 pub fn crd_yaml() -> anyhow::Result<String> {
     let crd = btp_api::BtpOperator::crd().context("building the CRD")?;
-    Ok(serde_yaml_ng::to_string(&crd)?)
+    Ok(serde_saphyr::to_string(&crd)?)
 }
 
 /// `btp-manager crd`.

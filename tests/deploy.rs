@@ -4,7 +4,6 @@
 use btp_manager::app::{crd_yaml, webhook_manifests_yaml};
 use btp_manager::cli::{Cli, Command};
 use clap::Parser as _;
-use serde::Deserialize as _;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -17,8 +16,9 @@ fn read(name: &str) -> String {
 }
 
 fn documents(name: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(&read(name))
-        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("deploy/{name}: {e}")))
+    serde_saphyr::from_multiple::<Value>(&read(name))
+        .unwrap_or_else(|e| panic!("deploy/{name}: {e}"))
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }

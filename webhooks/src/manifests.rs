@@ -21,8 +21,18 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::ByteString;
-use serde::ser::Error as _;
 use std::collections::BTreeMap;
+
+/// Why the manifests could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// JSON conversion failed.
+    #[error("rendering as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// YAML rendering failed.
+    #[error("rendering as YAML: {0}")]
+    Yaml(#[from] serde_saphyr::SerializeError),
+}
 
 /// Where the API server reaches the webhook server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,9 +207,9 @@ impl WebhookManifests {
     }
 
     /// Both configurations as one multi-document YAML (what `deploy/webhooks.yaml` holds).
-    pub fn to_yaml(&self) -> Result<String, serde_yaml_ng::Error> {
-        let mut validating = serde_json::to_value(self.validating()).map_err(serde_yaml_ng::Error::custom)?;
-        let mut mutating = serde_json::to_value(self.mutating()).map_err(serde_yaml_ng::Error::custom)?;
+    pub fn to_yaml(&self) -> Result<String, ManifestError> {
+        let mut validating = serde_json::to_value(self.validating())?;
+        let mut mutating = serde_json::to_value(self.mutating())?;
         for (doc, kind) in [
             (&mut validating, "ValidatingWebhookConfiguration"),
             (&mut mutating, "MutatingWebhookConfiguration"),
@@ -209,8 +219,8 @@ impl WebhookManifests {
         }
         Ok(format!(
             "{}---\n{}",
-            serde_yaml_ng::to_string(&validating)?,
-            serde_yaml_ng::to_string(&mutating)?
+            serde_saphyr::to_string(&validating)?,
+            serde_saphyr::to_string(&mutating)?
         ))
     }
 }

@@ -1,0 +1,338 @@
+//! The manager's own webhook certificates against the embedded API server: one CA for concurrent
+//! replicas, caBundle publication, repair, the run loop, and admission end to end through the API server.
+
+use btp_apiserver::{ApiServer, Config, RunningApiServer};
+use btp_certs::rotation::{keys, Policy, Stored};
+use btp_manager::webhook_certs::WebhookCerts;
+use btp_webhooks::manifests::{Endpoint, WebhookManifests};
+use btp_webhooks::tls::SwappableCert;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::ByteString;
+use kube::api::{Api, DeleteParams, PostParams};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+const NS: &str = "kyma-system";
+const SECRET: &str = "btp-manager-webhook-cert";
+
+async fn api_server() -> (RunningApiServer, kube::Client) {
+    let server = ApiServer::start(Config::default()).await.expect("embedded API server");
+    let client = server.client().await;
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    (server, client)
+}
+
+fn manifests(url: &str) -> WebhookManifests {
+    WebhookManifests {
+        endpoint: Endpoint::Url(url.into()),
+        ..WebhookManifests::in_cluster(NS)
+    }
+}
+
+fn policy() -> Policy {
+    Policy::new(vec!["localhost".into()], vec!["127.0.0.1".parse().unwrap()])
+}
+
+fn certs(client: &kube::Client, policy: Policy, url: &str) -> WebhookCerts {
+    WebhookCerts::new(client.clone(), NS, SECRET, policy, manifests(url))
+}
+
+async fn wait_until<F, Fut>(deadline: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < end, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn stored(secrets: &Api<Secret>) -> Option<Stored> {
+    let secret = secrets.get_opt(SECRET).await.unwrap()?;
+    let data = secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    Some(Stored::from_data(&data))
+}
+
+async fn bundles(client: &kube::Client) -> Vec<Vec<u8>> {
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let mut out = Vec::new();
+    if let Some(c) = v
+        .get_opt(btp_api::names::webhook::VALIDATING_CONFIGURATION)
+        .await
+        .unwrap()
+    {
+        out.extend(
+            c.webhooks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default()),
+        );
+    }
+    if let Some(c) = m
+        .get_opt(btp_api::names::webhook::MUTATING_CONFIGURATION)
+        .await
+        .unwrap()
+    {
+        out.extend(
+            c.webhooks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default()),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn replicas_starting_together_converge_on_one_ca() {
+    let (_server, client) = api_server().await;
+    let replicas: Vec<WebhookCerts> = (0..3)
+        .map(|_| certs(&client, policy(), "https://127.0.0.1:1"))
+        .collect();
+    let (a, b, c) = tokio::join!(replicas[0].settle(), replicas[1].settle(), replicas[2].settle());
+    let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let in_cluster = stored(&secrets).await.expect("secret created");
+    for replica in [&a, &b, &c] {
+        assert_eq!(replica.ca, in_cluster.ca, "every replica ends with the stored CA");
+        assert_eq!(replica.leaf, in_cluster.leaf);
+    }
+    let secret = secrets.get(SECRET).await.unwrap();
+    let labels = secret.metadata.labels.unwrap();
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "btp-manager");
+    assert_eq!(labels["kyma-project.io/module"], "btp-operator");
+    // Settled: another round writes nothing.
+    let rv = secret.metadata.resource_version;
+    replicas[0].settle().await.unwrap();
+    assert_eq!(secrets.get(SECRET).await.unwrap().metadata.resource_version, rv);
+}
+
+#[tokio::test]
+async fn publish_serves_the_leaf_and_puts_the_ca_bundle_in_both_configurations() {
+    let (_server, client) = api_server().await;
+    let manager = certs(&client, policy(), "https://127.0.0.1:9443");
+    let s = manager.settle().await.unwrap();
+    let placeholder = btp_webhooks::tls::certified_key(
+        s.leaf.as_ref().unwrap().cert_pem.as_bytes(),
+        s.leaf.as_ref().unwrap().key_pem.as_bytes(),
+    )
+    .unwrap();
+    let cert = SwappableCert::new(placeholder);
+    manager.publish(&s, &cert).await.unwrap();
+    let all = bundles(&client).await;
+    assert_eq!(all.len(), 4, "two webhooks in each configuration");
+    for bundle in all {
+        assert_eq!(bundle, s.ca_bundle().into_bytes());
+    }
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let config = v.get(btp_api::names::webhook::VALIDATING_CONFIGURATION).await.unwrap();
+    let hook = &config.webhooks.unwrap()[0];
+    assert_eq!(
+        hook.client_config.url.as_deref(),
+        Some("https://127.0.0.1:9443/validate")
+    );
+    assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
+}
+
+#[tokio::test]
+async fn a_damaged_secret_is_repaired_keeping_the_ca_when_it_is_intact() {
+    let (_server, client) = api_server().await;
+    let manager = certs(&client, policy(), "https://127.0.0.1:1");
+    let first = manager.settle().await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let mut secret = secrets.get(SECRET).await.unwrap();
+    secret
+        .data
+        .as_mut()
+        .unwrap()
+        .insert(keys::TLS_CRT.into(), ByteString(b"garbage".to_vec()));
+    secrets.replace(SECRET, &PostParams::default(), &secret).await.unwrap();
+    let repaired = manager.settle().await.unwrap();
+    assert_eq!(repaired.ca, first.ca, "the CA survives a broken leaf");
+    assert_ne!(repaired.leaf, first.leaf);
+    btp_certs::verify_signed_by(
+        repaired.leaf.unwrap().cert_pem.as_bytes(),
+        first.ca.unwrap().cert_pem.as_bytes(),
+    )
+    .unwrap();
+}
+
+/// The run loop: a deleted Secret is recreated (new CA), the caBundles follow, and the served certificate
+/// follows; with short lifetimes the leaf is renewed before it expires, without anyone touching anything.
+#[tokio::test]
+async fn the_run_loop_repairs_deletion_and_renews_before_expiry() {
+    let (_server, client) = api_server().await;
+    let mut short = policy();
+    short.leaf_validity = Duration::from_secs(4);
+    short.leaf_renew_before = Duration::from_secs(2);
+    let manager = certs(&client, short.clone(), "https://127.0.0.1:1");
+    let first = manager.settle().await.unwrap();
+    let leaf = first.leaf.as_ref().unwrap();
+    let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(
+        certs(&client, short, "https://127.0.0.1:1").run(cert.clone(), async move {
+            let _ = stop_rx.await;
+        }),
+    );
+
+    let served = |cert: Arc<SwappableCert>| cert.current().cert[0].to_vec();
+    let first_served = served(cert.clone());
+    // Renewal before expiry (leaf lives 4 s, renewed in its last 2 s).
+    wait_until(Duration::from_secs(10), "leaf renewed and served", || {
+        let cert = cert.clone();
+        let first_served = first_served.clone();
+        async move { served(cert) != first_served }
+    })
+    .await;
+
+    // Deletion: a new CA, published and served.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let old_ca = stored(&secrets).await.unwrap().ca;
+    secrets.delete(SECRET, &DeleteParams::default()).await.unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "secret recreated with a new CA, bundles and served leaf follow",
+        || {
+            let (secrets, client, cert, old_ca) = (secrets.clone(), client.clone(), cert.clone(), old_ca.clone());
+            async move {
+                let Some(now) = stored(&secrets).await else {
+                    return false;
+                };
+                if now.ca == old_ca || now.ca.is_none() {
+                    return false;
+                }
+                let bundle_ok = bundles(&client)
+                    .await
+                    .iter()
+                    .all(|b| *b == now.ca_bundle().into_bytes());
+                let leaf_pem = now.leaf.as_ref().unwrap().cert_pem.clone();
+                let der = rustls::pki_types::pem::PemObject::from_pem_slice(leaf_pem.as_bytes())
+                    .map(|d: rustls::pki_types::CertificateDer| d.to_vec())
+                    .unwrap_or_default();
+                bundle_ok && served(cert) == der
+            }
+        },
+    )
+    .await;
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("run loop stops")
+        .unwrap();
+}
+
+/// The whole path: the manager's certificates and configurations, the real webhook server on loopback,
+/// and the API server calling it (verifying the published caBundle) for kube-client requests.
+#[tokio::test]
+async fn the_api_server_refuses_a_misnamed_cr_and_an_incomplete_secret_through_our_webhooks() {
+    use btp_api::BtpOperator;
+    use btp_webhooks::{FixedServiceCounter, RulesConfig, WebhookState};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let (_server, client) = api_server().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &BtpOperator::crd().unwrap())
+        .await
+        .unwrap();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let manager = certs(&client, policy(), &url);
+    let s = manager.settle().await.unwrap();
+    let leaf = s.leaf.as_ref().unwrap();
+    let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    manager.publish(&s, &cert).await.unwrap();
+    let state = WebhookState::new(
+        RulesConfig::default(),
+        Arc::new(FixedServiceCounter(Ok(Default::default()))),
+    );
+    let tls = btp_webhooks::tls::server_config(cert).unwrap();
+    tokio::spawn(btp_webhooks::server::serve(
+        listener,
+        tls,
+        btp_webhooks::router(state),
+        std::future::pending(),
+    ));
+
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
+    let err = crs
+        .create(&PostParams::default(), &BtpOperator::new("btpoperator-test"))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("denied the request") && msg.contains("\"btpoperator-test\""),
+        "{msg}"
+    );
+    assert!(
+        crs.get_opt("btpoperator-test").await.unwrap().is_none(),
+        "nothing stored"
+    );
+
+    let created = crs
+        .create(&PostParams::default(), &BtpOperator::new("btpoperator"))
+        .await
+        .unwrap();
+    assert_eq!(
+        created.metadata.finalizers,
+        Some(vec![btp_api::names::FINALIZER.to_string()]),
+        "mutating webhook ran"
+    );
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let incomplete: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": NS,
+                     "labels": {"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}},
+        "stringData": {"clientid": "id", "clientsecret": "  \n", "sm_url": "https://sm.example.com"}
+    }))
+    .unwrap();
+    let msg = secrets
+        .create(&PostParams::default(), &incomplete)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("missing key(s): tokenurl, cluster_id"), "{msg}");
+    assert!(msg.contains("empty value(s) for key(s): clientsecret"), "{msg}");
+
+    let complete: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": NS,
+                     "labels": {"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}},
+        "stringData": {"clientid": "id\n", "clientsecret": "secret", "sm_url": "https://sm.example.com",
+                       "tokenurl": "https://auth.example.com", "cluster_id": "c1"}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &complete).await.unwrap();
+    let stored = secrets.get("sap-btp-manager").await.unwrap();
+    let clientid = stored
+        .data
+        .as_ref()
+        .and_then(|d| d.get("clientid"))
+        .map(|v| v.0.clone());
+    let clientid = clientid.or_else(|| {
+        stored
+            .string_data
+            .as_ref()
+            .and_then(|d| d.get("clientid"))
+            .map(|v| v.clone().into_bytes())
+    });
+    assert_eq!(
+        clientid.as_deref(),
+        Some(&b"id"[..]),
+        "trailing newline trimmed by the mutating webhook"
+    );
+}

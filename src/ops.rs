@@ -68,3 +68,43 @@ pub fn health_router(ready: Readiness) -> Router {
         }),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    async fn get(router: Router, path: &str) -> (u16, String) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, router).await });
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        server.abort();
+        let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        (status, response)
+    }
+
+    #[tokio::test]
+    async fn readiness_follows_the_flag_and_liveness_is_always_ok() {
+        let ready = Readiness::default();
+        assert_eq!(get(health_router(ready.clone()), "/healthz").await.0, 200);
+        assert_eq!(get(health_router(ready.clone()), "/readyz").await.0, 503);
+        ready.set(true);
+        assert_eq!(get(health_router(ready), "/readyz").await.0, 200);
+    }
+
+    #[tokio::test]
+    async fn metrics_are_served_in_the_text_format() {
+        let mut registry = Registry::default();
+        let counter = prometheus_client::metrics::counter::Counter::<u64>::default();
+        registry.register("btpmanager_test_events", "test", counter.clone());
+        counter.inc();
+        let (status, body) = get(metrics_router(Arc::new(Mutex::new(registry))), "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(body.contains("btpmanager_test_events_total 1"), "{body}");
+    }
+}

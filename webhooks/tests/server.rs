@@ -392,3 +392,43 @@ async fn graceful_shutdown_finishes_and_stops_accepting() {
         "listener closed"
     );
 }
+
+#[tokio::test]
+async fn request_durations_are_recorded_by_webhook_and_verdict() {
+    use btp_webhooks::handlers::{FixedServiceCounter, WebhookState};
+    use btp_webhooks::metrics::WebhookMetrics;
+    use btp_webhooks::rules::RulesConfig;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = WebhookMetrics::register(&mut registry);
+    let state = WebhookState::new(
+        RulesConfig::default(),
+        Arc::new(FixedServiceCounter(Ok(Default::default()))),
+    )
+    .with_metrics(metrics);
+    let server = TestServer::start_with(state).await;
+    let mut conn = server.connect(Protocol::Http2).await;
+    for (path, ns, n) in [
+        ("/validate", "kyma-system", 3),
+        ("/validate", "default", 2),
+        ("/mutate", "kyma-system", 1),
+    ] {
+        for _ in 0..n {
+            let body = btp_review("CREATE", ns, "btpoperator", "uid-m").to_string();
+            assert_eq!(conn.post_json(path, body).await.unwrap().status, 200);
+        }
+    }
+    assert_eq!(conn.post_json("/validate", "nope").await.unwrap().status, 400);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let count = |labels: &str| {
+        let key = format!("btpmanager_webhook_request_duration_seconds_count{{{labels}}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .map(|v| v.trim().parse::<u64>().unwrap())
+    };
+    assert_eq!(count("webhook=\"validate\",verdict=\"allowed\""), Some(3), "{text}");
+    assert_eq!(count("webhook=\"validate\",verdict=\"denied\""), Some(2), "{text}");
+    assert_eq!(count("webhook=\"mutate\",verdict=\"patched\""), Some(1), "{text}");
+    assert_eq!(count("webhook=\"validate\",verdict=\"bad_request\""), Some(1), "{text}");
+    server.shutdown().await;
+}

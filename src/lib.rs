@@ -3,10 +3,14 @@
 //! - `app`: the `run` command's wiring and the generated artifacts.
 //! - `cli`: flags.
 //! - `webhook_certs`: the manager's own webhook certificates in the cluster.
+//! - `config`: runtime configuration (defaults, ConfigMap keys).
+//! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
 //! - `ops`: metrics and health endpoints; `telemetry`: logging.
 
 pub mod app;
 pub mod cli;
+pub mod config;
 pub mod ops;
+pub mod reconciler;
 pub mod telemetry;
 pub mod webhook_certs;

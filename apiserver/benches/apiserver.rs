@@ -106,23 +106,37 @@ async fn main() {
             }
         }));
     }
-    let mut created: HashMap<String, Instant> = HashMap::new();
+    let mut created: HashMap<String, (Instant, Instant)> = HashMap::new();
     for i in 0..events {
         let name = format!("l{i}");
+        let sent = Instant::now();
         api.create(&PostParams::default(), &cm(&name, "x")).await.unwrap();
-        created.insert(name, Instant::now());
+        created.insert(name, (sent, Instant::now()));
     }
     for w in ws {
         w.await.unwrap();
     }
     drop(tx);
     let mut lat = vec![];
+    let mut from_sent = vec![];
+    let mut early = 0;
     while let Some((name, at)) = rx.recv().await {
-        if let Some(c) = created.get(&name) {
-            lat.push(at.saturating_duration_since(*c));
+        if let Some((sent, done)) = created.get(&name) {
+            if at < *done {
+                early += 1;
+            }
+            lat.push(at.saturating_duration_since(*done));
+            from_sent.push(at.saturating_duration_since(*sent));
         }
     }
     lat.sort();
+    from_sent.sort();
+    println!(
+        "watch latency (create request sent -> event): p50 {:?} p99 {:?}; {early} of {} events arrived before the create response",
+        pct(&from_sent, 0.5),
+        pct(&from_sent, 0.99),
+        from_sent.len()
+    );
     println!(
         "watch latency ({watchers} watchers x {events} events, create response -> event): p50 {:?} p99 {:?} max {:?} ({} samples)",
         pct(&lat, 0.5),

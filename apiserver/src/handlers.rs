@@ -74,6 +74,9 @@ pub(crate) async fn handle(ctx: &mut Ctx, verb: &str) -> ApiResult<Response> {
     if ctx.t.def.namespaced && ctx.t.name.is_some() && ctx.t.namespace.is_none() {
         return Err(ApiError::not_found_path());
     }
+    if ctx.t.sub.as_deref() == Some("scale") {
+        return scale(ctx, verb).await;
+    }
     match verb {
         "get" => get(ctx),
         "list" => list(ctx),
@@ -241,6 +244,18 @@ pub(crate) fn table(items: &[Value], list_meta: Value) -> Value {
 }
 
 fn parse_body(ctx: &Ctx) -> ApiResult<Value> {
+    let ct = ctx
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    // protobuf is not supported: 415 makes client-go (kubectl) fall back to JSON
+    if !(mime.is_empty() || mime.contains("json") || mime.contains("yaml") || mime == "*/*") {
+        return Err(ApiError::unsupported_media(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {mime:?})"
+        )));
+    }
     if ctx.body.is_empty() {
         return Err(ApiError::bad_request("request body is empty"));
     }
@@ -351,6 +366,15 @@ fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
             let def = crate::registry::def_from_crd(obj)
                 .map_err(|e| ApiError::invalid(&t.def.group, &t.def.kind, &name, "spec", &e))?;
             let now = now_rfc3339();
+            // keep transition times stable across writes so re-applying a CRD is a no-op
+            let since = |t: &str| -> Value {
+                obj.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(t)))
+                    .and_then(|c| c.get("lastTransitionTime").cloned())
+                    .unwrap_or_else(|| json!(now))
+            };
+            let (names_since, est_since) = (since("NamesAccepted"), since("Established"));
             let storage: Vec<Value> = obj
                 .pointer("/spec/versions")
                 .and_then(Value::as_array)
@@ -371,8 +395,8 @@ fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
             }
             obj["status"] = json!({
                 "conditions": [
-                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
-                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": names_since},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": est_since},
                 ],
                 "acceptedNames": accepted,
                 "storedVersions": storage,
@@ -527,8 +551,45 @@ fn after_write(st: &State, gr: &Gr, obj: &Value) {
     }
 }
 
+/// Garbage collection: dependents of a removed owner are deleted (background propagation) or,
+/// when they have other owners or the delete asked to orphan them, lose the owner reference.
+fn collect_garbage(st: &State, ns: &str, owner: &Value, orphan: bool) {
+    let Some(uid) = meta_str(owner, "uid") else { return };
+    let scope = if ns.is_empty() { None } else { Some(ns) };
+    for (gr, dep) in st.store.dependents(uid, scope) {
+        let (dns, dname) = obj_key(&dep);
+        let refs = dep
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let others: Vec<Value> = refs
+            .into_iter()
+            .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
+            .collect();
+        if orphan || !others.is_empty() {
+            let mut d = (*dep).clone();
+            if let Some(m) = meta_mut(&mut d) {
+                if others.is_empty() {
+                    m.remove("ownerReferences");
+                } else {
+                    m.insert("ownerReferences".into(), Value::Array(others));
+                }
+            }
+            let _ = st.store.replace(&gr, &dns, &dname, rv_of(&dep), d);
+        } else {
+            internal_delete(st, &gr, &dns, &dname);
+        }
+    }
+}
+
 /// Hooks after an object is really gone.
 pub(crate) fn after_remove(st: &State, gr: &Gr, ns: &str, obj: &Value) {
+    after_remove_opts(st, gr, ns, obj, false)
+}
+
+fn after_remove_opts(st: &State, gr: &Gr, ns: &str, obj: &Value, orphan: bool) {
+    collect_garbage(st, ns, obj, orphan);
     if *gr == crd_gr() {
         if let Ok(def) = crate::registry::def_from_crd(obj) {
             st.registry.remove(&def.group, &def.plural);
@@ -898,11 +959,13 @@ struct DeleteOpts {
     uid: Option<String>,
     rv: Option<String>,
     dry_run: bool,
+    orphan: bool,
 }
 
 fn delete_opts(ctx: &Ctx) -> ApiResult<DeleteOpts> {
     let mut o = DeleteOpts {
         dry_run: ctx.dry_run(),
+        orphan: ctx.q.get("propagationPolicy").is_some_and(|p| p == "Orphan") || query_bool(&ctx.q, "orphanDependents"),
         ..Default::default()
     };
     if !ctx.body.is_empty() {
@@ -916,7 +979,11 @@ fn delete_opts(ctx: &Ctx) -> ApiResult<DeleteOpts> {
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string);
+        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+            o.orphan = true;
+        }
         if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
+            o.orphan = p == "Orphan";
             if !matches!(p, "Orphan" | "Background" | "Foreground") {
                 return Err(ApiError::invalid(
                     "",
@@ -988,7 +1055,7 @@ async fn delete_one(ctx: &mut Ctx, name: &str, opts: &DeleteOpts) -> ApiResult<V
             }
         } else if let Cas::Ok(o) = ctx.st.store.remove(&gr, &ns, name, rv_of(&old)) {
             ctx.changed = true;
-            after_remove(&ctx.st, &gr, &ns, &o);
+            after_remove_opts(&ctx.st, &gr, &ns, &o, opts.orphan);
             return Ok((*o).clone());
         }
     }
@@ -1002,7 +1069,20 @@ async fn delete(ctx: &mut Ctx) -> ApiResult<Response> {
     let name = ctx.name()?;
     let opts = delete_opts(ctx)?;
     let out = delete_one(ctx, &name, &opts).await?;
-    Ok(ok_json(StatusCode::OK, &present(&ctx.t, &out)))
+    let still_there = ctx.st.store.get(&ctx.gr(), ctx.t.ns(), &name).is_some();
+    if still_there || opts.dry_run || ctx.t.gr() == ns_gr() {
+        return Ok(ok_json(StatusCode::OK, &present(&ctx.t, &out)));
+    }
+    // like the real server: an immediate deletion answers with a Success Status
+    let mut details = json!({"name": name, "kind": ctx.t.def.plural});
+    if !ctx.t.def.group.is_empty() {
+        details["group"] = json!(ctx.t.def.group);
+    }
+    if let Some(uid) = meta_str(&out, "uid") {
+        details["uid"] = json!(uid);
+    }
+    let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details});
+    Ok(ok_json(StatusCode::OK, &status))
 }
 
 async fn delete_collection(ctx: &mut Ctx) -> ApiResult<Response> {
@@ -1029,4 +1109,84 @@ async fn delete_collection(ctx: &mut Ctx) -> ApiResult<Response> {
         "metadata": {"resourceVersion": ctx.st.store.current_rv().to_string()}, "items": out,
     });
     Ok(ok_json(StatusCode::OK, &body))
+}
+
+/// The `autoscaling/v1` Scale view of a Deployment.
+fn scale_of(obj: &Value) -> Value {
+    let mut meta = json!({});
+    for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+        if let Some(v) = obj.get("metadata").and_then(|m| m.get(k)) {
+            meta[k] = v.clone();
+        }
+    }
+    let selector = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": meta,
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": selector},
+    })
+}
+
+/// GET/PUT/PATCH on `deployments/<name>/scale`.
+async fn scale(ctx: &mut Ctx, verb: &str) -> ApiResult<Response> {
+    let name = ctx.name()?;
+    let (g, p) = (ctx.t.def.group.clone(), ctx.t.def.plural.clone());
+    if !matches!(verb, "get" | "update" | "patch") {
+        return Err(ApiError::method_not_allowed(
+            "the scale subresource supports get, update and patch",
+        ));
+    }
+    let manager = ctx.manager();
+    let mut main = ctx.t.clone();
+    main.sub = None;
+    for _ in 0..MAX_RETRIES {
+        let old = ctx
+            .st
+            .store
+            .get(&ctx.gr(), ctx.t.ns(), &name)
+            .ok_or_else(|| ctx.not_found(&name))?;
+        let current = scale_of(&old);
+        if verb == "get" {
+            return Ok(ok_json(StatusCode::OK, &current));
+        }
+        let wanted = if verb == "update" {
+            parse_body(ctx)?
+        } else {
+            let ct = ctx
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(ct)
+                .filter(|k| *k != PatchKind::Apply)
+                .ok_or_else(|| ApiError::unsupported_media(format!("unsupported patch type {ct:?}")))?;
+            let mut doc = current.clone();
+            apply_patch(kind, &mut doc, &ctx.body)?;
+            doc
+        };
+        let want_rv = meta_str(&wanted, "resourceVersion").unwrap_or("");
+        if !want_rv.is_empty() && want_rv != rv_of(&old).to_string() {
+            return Err(ApiError::stale(&g, &p, &name));
+        }
+        let replicas = wanted
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| ApiError::invalid("autoscaling", "Scale", &name, "spec.replicas", "Required value"))?;
+        let mut body = (*old).clone();
+        body["spec"]["replicas"] = json!(replicas);
+        let new = prepare_update(&main, &old, body, Some(&manager))?;
+        if let Some(out) = commit_update(ctx, old, new).await? {
+            return Ok(ok_json(StatusCode::OK, &scale_of(&out)));
+        }
+    }
+    Err(ApiError::stale(&g, &p, &name))
 }

@@ -41,6 +41,10 @@ impl ResourceDef {
             format!("{}/{}", self.group, v)
         }
     }
+    /// Only Deployments have a `scale` subresource here.
+    pub fn has_scale(&self) -> bool {
+        self.group == "apps" && self.plural == "deployments"
+    }
     pub fn key(&self) -> (String, String) {
         (self.group.clone(), self.plural.clone())
     }
@@ -274,6 +278,13 @@ impl Registry {
                 resources.push(json!({
                     "name": format!("{}/status", d.plural), "singularName": "",
                     "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"],
+                }));
+            }
+            if d.has_scale() {
+                resources.push(json!({
+                    "name": format!("{}/scale", d.plural), "singularName": "",
+                    "namespaced": d.namespaced, "group": "autoscaling", "version": "v1",
+                    "kind": "Scale", "verbs": ["get", "patch", "update"],
                 }));
             }
         }

@@ -185,7 +185,8 @@ fn route(st: &State, path: &str) -> Route {
         if let Some(s) = sub {
             let status_ok = s == "status" && def.has_status(version);
             let finalize_ok = def.plural == "namespaces" && s == "finalize";
-            if !status_ok && !finalize_ok {
+            let scale_ok = s == "scale" && def.has_scale();
+            if !status_ok && !finalize_ok && !scale_ok {
                 return None;
             }
         }
@@ -300,7 +301,12 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     rec.namespace = t.namespace.clone().unwrap_or_default();
     rec.name = t.name.clone().unwrap_or_default();
     if let Some(code) = st.faults.check(verb, &t.def.plural) {
-        return fault_error(code).into_response();
+        let mut r = fault_error(code).into_response();
+        if code == 429 {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        return r;
     }
     let (parts, body) = req.into_parts();
     let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, 8 * 1024 * 1024)).await {

@@ -144,6 +144,34 @@ impl Store {
             .collect()
     }
 
+    /// Objects whose `metadata.ownerReferences` name `owner_uid` (in `ns`, or anywhere if None).
+    pub fn dependents(&self, owner_uid: &str, ns: Option<&str>) -> Vec<(Gr, Arc<Value>)> {
+        let g = self.lock();
+        let mut out = vec![];
+        for (gr, m) in &g.data {
+            let items: Box<dyn Iterator<Item = (&ObjKey, &Arc<Value>)>> = match ns {
+                Some(ns) => Box::new(
+                    m.range((ns.to_string(), String::new())..)
+                        .take_while(move |((n, _), _)| n == ns),
+                ),
+                None => Box::new(m.iter()),
+            };
+            for (_, o) in items {
+                let owned = o
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| {
+                        refs.iter()
+                            .any(|r| r.get("uid").and_then(Value::as_str) == Some(owner_uid))
+                    });
+                if owned {
+                    out.push((gr.clone(), o.clone()));
+                }
+            }
+        }
+        out
+    }
+
     fn push(g: &mut Inner, ev: Event) -> Arc<Event> {
         let ev = Arc::new(ev);
         g.history.push_back(ev.clone());

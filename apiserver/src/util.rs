@@ -48,7 +48,9 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     let mut secs = days * 86_400 + h * 3600 + mi * 60 + se;
-    let tz = s[19..].trim_start_matches(|c: char| c == '.' || c.is_ascii_digit());
+    let tz = s
+        .get(19..)?
+        .trim_start_matches(|c: char| c == '.' || c.is_ascii_digit());
     if let Some(off) = tz.strip_prefix('+').or_else(|| tz.strip_prefix('-')) {
         let oh: i64 = off.get(0..2)?.parse().ok()?;
         let om: i64 = off.get(3..5)?.parse().ok()?;

@@ -11,6 +11,7 @@ mod keys;
 mod parse;
 mod verify;
 
+pub mod operand;
 pub mod rotation;
 
 pub use algorithm::KeyAlgorithm;

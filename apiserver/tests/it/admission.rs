@@ -318,3 +318,45 @@ async fn namespace_selector_and_rules() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn subresource_rules() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+    let hook = spawn_hook().await;
+    let srv = start().await;
+    let client = srv.client().await;
+    let cc = json!({"url": format!("https://127.0.0.1:{}/deny", hook.addr.port()), "caBundle": hook.ca_b64});
+    let mut w = webhook("status-only.example.com", cc, json!({}));
+    w["rules"] = json!([{"apiGroups": ["apps"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["deployments/status"]}]);
+    add_validating(&client, "v", vec![w]).await;
+    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let d: Deployment = serde_json::from_value(
+        json!({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}),
+    )
+    .unwrap();
+    api.create(&PostParams::default(), &d).await.unwrap();
+    api.patch(
+        "d",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .unwrap();
+    let e = api
+        .patch_status(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 2}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, kube::Error::Api(s) if s.code == 403 && s.message.contains("status-only.example.com")),
+        "{e:?}"
+    );
+    let reviews = hook.reviews.lock().unwrap();
+    assert_eq!(reviews.len(), 1);
+    assert_eq!(reviews[0].1["request"]["subResource"], "status");
+}

@@ -31,7 +31,8 @@ async fn crud_round_trip() {
     let list = api.list(&ListParams::default()).await.unwrap();
     assert_eq!(list.items.len(), 1);
     assert!(list.metadata.resource_version.is_some());
-    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let del = api.delete("a", &DeleteParams::default()).await.unwrap();
+    assert!(del.is_right(), "immediate deletion answers with a Status");
     let err = api.get("a").await.unwrap_err();
     assert!(
         matches!(err, kube::Error::Api(ref s) if s.code == 404 && s.reason == "NotFound"),
@@ -194,7 +195,8 @@ async fn finalizers_delay_deletion() {
     let c = api.create(&PostParams::default(), &c).await.unwrap();
     let rv = c.metadata.resource_version.clone().unwrap();
     let mut w = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-    api.delete("fin", &DeleteParams::default()).await.unwrap();
+    let del = api.delete("fin", &DeleteParams::default()).await.unwrap();
+    assert!(del.is_left(), "deletion pending on finalizers answers with the object");
     let got = api.get("fin").await.unwrap();
     assert!(got.metadata.deletion_timestamp.is_some());
     assert_eq!(got.metadata.deletion_grace_period_seconds, Some(0));
@@ -394,6 +396,28 @@ async fn validation_and_errors() {
     let g: ConfigMap = serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).unwrap();
     let g = api.create(&PostParams::default(), &g).await.unwrap();
     assert!(g.metadata.name.unwrap().starts_with("gen-"));
+    // neither name nor generateName
+    let (code, _, body) = raw(
+        &srv,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some("application/json"),
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}"#,
+        None,
+    )
+    .await;
+    assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")), "{body}");
+    // protobuf bodies are refused with 415
+    let (code, _, _) = raw(
+        &srv,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some("application/vnd.kubernetes.protobuf"),
+        "k8s\0",
+        None,
+    )
+    .await;
+    assert_eq!(code, 415);
     // namespace mismatch
     let (code, _, body) = raw(
         &srv,
@@ -531,4 +555,100 @@ async fn secrets_string_data_and_http2() {
     .await;
     assert_eq!(code, 200);
     assert_eq!(body["kind"], "Secret");
+}
+
+#[tokio::test]
+async fn dry_run_writes_are_not_stored() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    let c = api.create(&PostParams::default(), &cm("d")).await.unwrap();
+    let dry = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let p = api
+        .patch("d", &dry, &Patch::Merge(json!({"data": {"k": "dry"}})))
+        .await
+        .unwrap();
+    assert_eq!(p.data.unwrap()["k"], "dry");
+    let mut u = c.clone();
+    u.data = Some([("k".to_string(), "dry2".to_string())].into());
+    let r = api
+        .replace(
+            "d",
+            &PostParams {
+                dry_run: true,
+                field_manager: None,
+            },
+            &u,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.data.unwrap()["k"], "dry2");
+    let now = api.get("d").await.unwrap();
+    assert_eq!(now.data.unwrap()["k"], "v");
+    assert_eq!(now.metadata.resource_version, c.metadata.resource_version);
+    let log = srv.request_log().entries();
+    assert!(log
+        .iter()
+        .filter(|r| r.verb == "patch" || r.verb == "update")
+        .all(|r| !r.changed));
+}
+
+#[tokio::test]
+async fn owner_references_are_garbage_collected() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    let owner = api.create(&PostParams::default(), &cm("owner")).await.unwrap();
+    let other = api.create(&PostParams::default(), &cm("other-owner")).await.unwrap();
+    let oref = |o: &ConfigMap| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": o.metadata.name, "uid": o.metadata.uid});
+    for (name, refs) in [
+        ("dep", json!([oref(&owner)])),
+        ("shared", json!([oref(&owner), oref(&other)])),
+    ] {
+        let c: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": refs}})).unwrap();
+        api.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let grand: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "grand", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "dep", "uid": api.get("dep").await.unwrap().metadata.uid}]}})).unwrap();
+    api.create(&PostParams::default(), &grand).await.unwrap();
+    api.delete("owner", &DeleteParams::background()).await.unwrap();
+    assert!(api.get_opt("dep").await.unwrap().is_none(), "dependent deleted");
+    assert!(api.get_opt("grand").await.unwrap().is_none(), "cascade");
+    let shared = api.get("shared").await.unwrap();
+    assert_eq!(
+        shared.metadata.owner_references.unwrap().len(),
+        1,
+        "other owner keeps it alive"
+    );
+    // orphan keeps dependents and strips the reference
+    let o2 = api.create(&PostParams::default(), &cm("o2")).await.unwrap();
+    let c: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "orphan", "ownerReferences": [oref(&o2)]}})).unwrap();
+    api.create(&PostParams::default(), &c).await.unwrap();
+    api.delete("o2", &DeleteParams::orphan()).await.unwrap();
+    assert!(api.get("orphan").await.unwrap().metadata.owner_references.is_none());
+}
+
+#[tokio::test]
+async fn deployment_scale_subresource() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let srv = start().await;
+    let api: Api<Deployment> = Api::namespaced(srv.client().await, "default");
+    api.create(&PostParams::default(), &deployment("sc")).await.unwrap();
+    let s = api.get_scale("sc").await.unwrap();
+    assert_eq!(s.spec.unwrap().replicas, Some(2));
+    assert_eq!(s.status.unwrap().selector.as_deref(), Some("app=sc"));
+    let s = api
+        .patch_scale(
+            "sc",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.spec.unwrap().replicas, Some(5));
+    let d = api.get("sc").await.unwrap();
+    assert_eq!(d.spec.unwrap().replicas, Some(5));
+    assert_eq!(d.metadata.generation, Some(2));
 }

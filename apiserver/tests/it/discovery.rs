@@ -160,6 +160,19 @@ async fn crd_lifecycle() {
     bad.metadata.name = Some("wrong.example.com".into());
     let e = crds.create(&PostParams::default(), &bad).await.unwrap_err();
     assert!(matches!(e, kube::Error::Api(ref s) if s.code == 422), "{e:?}");
+    // re-applying an unchanged CRD is a no-op (stable status)
+    let before = crds.get("widgets.example.com").await.unwrap();
+    let mut again = widget_crd(true);
+    again.metadata.resource_version = None;
+    let after = crds
+        .replace("widgets.example.com", &PostParams::default(), &{
+            let mut c = again;
+            c.metadata.resource_version = before.metadata.resource_version.clone();
+            c
+        })
+        .await
+        .unwrap();
+    assert_eq!(after.metadata.resource_version, before.metadata.resource_version);
     // deleting the CRD removes the resource and its objects
     crds.delete("widgets.example.com", &DeleteParams::default())
         .await

@@ -122,6 +122,32 @@ async fn kubectl_get_apply_delete() {
         ok && out.contains("a: \"3\"") && out.contains("manager: other") || out.contains("a: \"3\""),
         "{out}"
     );
+    // a Deployment: client-side apply twice (strategic merge), scale, rollout status
+    let dep = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: main\n        image: IMAGE\n      - name: side\n        image: busybox\n";
+    let d1 = k.write("d1.yaml", &dep.replace("IMAGE", "nginx:1"));
+    let d2 = k.write("d2.yaml", &dep.replace("IMAGE", "nginx:2"));
+    for f in [&d1, &d2] {
+        let (ok, out, err) = k.run(&["apply", "-f", f]).await;
+        assert!(ok, "{out}{err}");
+    }
+    let (ok, out, _) = k
+        .run(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[*].image}",
+        ])
+        .await;
+    assert!(ok);
+    assert_eq!(out, "nginx:2 busybox");
+    let (ok, out, err) = k.run(&["scale", "deployment", "web", "--replicas=3"]).await;
+    assert!(ok && out.contains("scaled"), "{out}{err}");
+    btp_apiserver::mark_deployment_available(&srv.client().await, "default", "web")
+        .await
+        .unwrap();
+    let (ok, out, err) = k.run(&["rollout", "status", "deployment/web", "--timeout=10s"]).await;
+    assert!(ok && out.contains("successfully rolled out"), "{out}{err}");
     let (ok, out, err) = k.run(&["delete", "-f", &f3]).await;
     assert!(ok && out.contains("configmap \"demo\" deleted"), "{out}{err}");
     let (ok, _, err) = k.run(&["get", "configmap", "demo"]).await;

@@ -256,3 +256,51 @@ async fn runtime_watcher_sees_custom_resources() {
     expect(&mut rx, "delete:w").await;
     task.abort();
 }
+
+#[tokio::test]
+async fn raw_watch_protocol() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    api.create(&PostParams::default(), &cm("r1")).await.unwrap();
+    // watch=1 with timeoutSeconds: the body is newline-delimited JSON events and then ends
+    for (h2, path) in [
+        (false, "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1"),
+        (true, "/api/v1/watch/namespaces/default/configmaps?timeoutSeconds=1"),
+    ] {
+        let (code, headers, body) = raw_alpn(&srv, "GET", path, None, "", None, h2).await;
+        assert_eq!(code, 200, "{path}");
+        if !h2 {
+            assert_eq!(
+                headers.get("transfer-encoding").map(|v| v.to_str().unwrap()),
+                Some("chunked")
+            );
+        }
+        let text = body.as_str().map(str::to_string).unwrap_or_else(|| body.to_string());
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert_eq!(lines[0]["type"], "ADDED");
+        assert_eq!(lines[0]["object"]["metadata"]["name"], "r1");
+        assert_eq!(lines[0]["object"]["kind"], "ConfigMap");
+    }
+    let (code, _, body) = raw(
+        &srv,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=abc",
+        None,
+        "",
+        None,
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    // single object watch by name
+    let (code, _, body) = raw(
+        &srv,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1&fieldSelector=metadata.name%3Dnope",
+        None,
+        "",
+        None,
+    )
+    .await;
+    assert_eq!((code, body.as_str()), (200, Some("")));
+}

@@ -1,0 +1,197 @@
+//! The required credentials Secret (reference §6.1, §8.3), as a pure check.
+//!
+//! Messages list keys and names, never a value.
+
+use btp_api::names;
+use std::collections::BTreeMap;
+
+/// What the Secret provides once valid.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// Every key of the Secret (values as bytes).
+    pub data: BTreeMap<String, Vec<u8>>,
+    /// `cluster_id`.
+    pub cluster_id: String,
+    /// `credentials_namespace`, or the chart namespace when absent or empty.
+    pub credentials_namespace: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("keys", &self.data.keys().collect::<Vec<_>>())
+            .field("cluster_id", &"<redacted>")
+            .field("credentials_namespace", &self.credentials_namespace)
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// The operand Secret's data: every key except `cluster_id` and `credentials_namespace`.
+    pub fn operand_secret_data(&self) -> BTreeMap<String, Vec<u8>> {
+        self.data
+            .iter()
+            .filter(|(k, _)| k.as_str() != "cluster_id" && k.as_str() != names::CREDENTIALS_NAMESPACE_KEY)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Why the Secret cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretProblem {
+    /// Not found (`Warning/MissingSecret`). `unlabelled` when a Secret of that name exists but lacks the
+    /// managed-by label that makes it visible to the manager.
+    Missing {
+        /// The message.
+        message: String,
+    },
+    /// Keys missing or empty (`Error/InvalidSecret`).
+    Invalid {
+        /// The message.
+        message: String,
+    },
+}
+
+/// The Secret as read: absent, present without the managed-by label, or present and visible.
+pub enum Observed<'a> {
+    /// No Secret of that name.
+    Absent,
+    /// Present, but without `app.kubernetes.io/managed-by` in {btp-manager, kcp-kyma-environment-broker}.
+    Unlabelled,
+    /// Present and labelled: its data.
+    Present(&'a BTreeMap<String, Vec<u8>>),
+}
+
+/// Validate the required Secret.
+pub fn validate(
+    observed: Observed<'_>,
+    secret_name: &str,
+    chart_namespace: &str,
+) -> Result<Credentials, SecretProblem> {
+    let data = match observed {
+        Observed::Absent => {
+            return Err(SecretProblem::Missing {
+                message: format!("{secret_name} Secret in {chart_namespace} namespace not found"),
+            })
+        }
+        Observed::Unlabelled => {
+            return Err(SecretProblem::Missing {
+                message: format!(
+                    "{secret_name} Secret in {chart_namespace} namespace not found: a Secret of that name exists but \
+                     lacks the label {}={} (or ={}), so the manager ignores it",
+                    names::MANAGED_BY_LABEL,
+                    names::MANAGED_BY_KEB,
+                    names::MANAGED_BY_BTP_MANAGER
+                ),
+            })
+        }
+        Observed::Present(data) => data,
+    };
+    let blank = |v: &Vec<u8>| std::str::from_utf8(v).map(|s| s.trim().is_empty()).unwrap_or(false) || v.is_empty();
+    let missing: Vec<&str> = names::REQUIRED_SECRET_KEYS
+        .iter()
+        .copied()
+        .filter(|k| !data.contains_key(*k))
+        .collect();
+    let empty: Vec<&str> = names::REQUIRED_SECRET_KEYS
+        .iter()
+        .copied()
+        .filter(|k| data.get(*k).is_some_and(blank))
+        .collect();
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("key(s) {} not found", missing.join(", ")));
+    }
+    if !empty.is_empty() {
+        parts.push(format!("missing value(s) for {} key(s)", empty.join(", ")));
+    }
+    if !parts.is_empty() {
+        return Err(SecretProblem::Invalid {
+            message: parts.join(", "),
+        });
+    }
+    let text = |k: &str| {
+        data.get(k)
+            .map(|v| String::from_utf8_lossy(v).trim().to_string())
+            .unwrap_or_default()
+    };
+    let credentials_namespace = Some(text(names::CREDENTIALS_NAMESPACE_KEY))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| chart_namespace.to_string());
+    Ok(Credentials {
+        data: data.clone(),
+        cluster_id: text("cluster_id"),
+        credentials_namespace,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    fn full() -> BTreeMap<String, Vec<u8>> {
+        data(&[
+            ("clientid", "id"),
+            ("clientsecret", "CANARY-VALUE"),
+            ("sm_url", "https://sm"),
+            ("tokenurl", "https://t"),
+            ("cluster_id", "c-1"),
+            ("extra", "x"),
+        ])
+    }
+
+    #[test]
+    fn missing_and_unlabelled_are_warnings_with_the_reference_message() {
+        assert_eq!(
+            validate(Observed::Absent, "sap-btp-manager", "kyma-system"),
+            Err(SecretProblem::Missing {
+                message: "sap-btp-manager Secret in kyma-system namespace not found".into()
+            })
+        );
+        let Err(SecretProblem::Missing { message }) = validate(Observed::Unlabelled, "sap-btp-manager", "kyma-system")
+        else {
+            panic!()
+        };
+        assert!(message.contains("lacks the label app.kubernetes.io/managed-by=kcp-kyma-environment-broker"));
+    }
+
+    #[test]
+    fn missing_and_empty_keys_use_the_reference_wording() {
+        let mut d = full();
+        d.remove("cluster_id");
+        d.remove("clientsecret");
+        d.insert("sm_url".into(), b"".to_vec());
+        d.insert("tokenurl".into(), b" \n".to_vec());
+        let Err(SecretProblem::Invalid { message }) = validate(Observed::Present(&d), "s", "ns") else {
+            panic!()
+        };
+        assert_eq!(
+            message,
+            "key(s) clientsecret, cluster_id not found, missing value(s) for sm_url, tokenurl key(s)"
+        );
+    }
+
+    #[test]
+    fn valid_secret_maps_credentials_without_leaking_in_debug() {
+        let c = validate(Observed::Present(&full()), "s", "kyma-system").unwrap();
+        assert_eq!(c.cluster_id, "c-1");
+        assert_eq!(c.credentials_namespace, "kyma-system");
+        let operand = c.operand_secret_data();
+        assert!(operand.contains_key("clientsecret") && operand.contains_key("extra"));
+        assert!(!operand.contains_key("cluster_id"));
+        assert!(!format!("{c:?}").contains("CANARY"));
+        let mut d = full();
+        d.insert("credentials_namespace".into(), b"custom".to_vec());
+        let c = validate(Observed::Present(&d), "s", "kyma-system").unwrap();
+        assert_eq!(c.credentials_namespace, "custom");
+        assert!(!c.operand_secret_data().contains_key("credentials_namespace"));
+    }
+}

@@ -1,0 +1,78 @@
+//! `controller_runtime_reconcile_time_seconds` and `controller_runtime_reconcile_total` with the
+//! controller-runtime names the reference's performance tests read (reference §14.1).
+
+use super::ReconcileError;
+use kube::runtime::controller::Action;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabel {
+    controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    controller: &'static str,
+    result: &'static str,
+}
+
+const CONTROLLER: &str = "btpoperator";
+
+/// Reconcile duration and outcome counters.
+#[derive(Clone, Debug)]
+pub struct ReconcileMetrics {
+    time: Family<ControllerLabel, Histogram>,
+    total: Family<ResultLabels, Counter>,
+}
+
+impl ReconcileMetrics {
+    /// Create and register.
+    pub fn register(registry: &mut Registry) -> Self {
+        let time = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+            ])
+        });
+        let total = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            time.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            total.clone(),
+        );
+        // Make every result series visible from the start (a 0 is information).
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            let _ = total.get_or_create(&ResultLabels {
+                controller: CONTROLLER,
+                result,
+            });
+        }
+        Self { time, total }
+    }
+
+    /// Record one reconcile.
+    pub fn observe(&self, result: &Result<Action, ReconcileError>, elapsed: Duration) {
+        self.time
+            .get_or_create(&ControllerLabel { controller: CONTROLLER })
+            .observe(elapsed.as_secs_f64());
+        let label = match result {
+            Err(_) => "error",
+            Ok(_) => "success",
+        };
+        self.total
+            .get_or_create(&ResultLabels {
+                controller: CONTROLLER,
+                result: label,
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,455 @@
+//! The reconcile loop for `BtpOperator` (reference §3–§8 with product.md §3 "One pass, event-driven").
+//!
+//! One reconcile carries the CR as far as it can: validity → finalizer → Processing → Secret → apply →
+//! readiness → Ready. It never sleeps: when the operand Deployment is not available yet it returns and
+//! the Deployment watch brings it back (a requeue enforces `ReadyTimeout`). Decisions live in the pure
+//! submodules ([`credentials`], [`resources`], [`status`]); this module only reads and writes the API.
+
+pub mod credentials;
+pub mod metrics;
+pub mod resources;
+pub mod status;
+
+use crate::config::Config;
+use btp_api::{names, BtpOperator, BtpOperatorStatus, Reason, State};
+use credentials::{Observed, SecretProblem};
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource as _, ResourceExt as _};
+use resources::ModuleResources;
+use serde_json::{json, Value};
+use status::Outcome;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// An API failure (status-reported problems are not errors: they end the reconcile with `Ok`).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// An API call failed.
+    #[error("{action}: {source}")]
+    Api {
+        /// What was attempted.
+        action: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
+    let action = action.into();
+    move |source| ReconcileError::Api { action, source }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    /// API client.
+    pub client: kube::Client,
+    /// Configuration; the runtime ConfigMap may change it.
+    pub config: RwLock<Config>,
+    /// The operand's manifests.
+    pub resources: RwLock<Arc<ModuleResources>>,
+    /// `SAP_BTP_SERVICE_OPERATOR`.
+    pub image: String,
+    /// `KUBE_RBAC_PROXY`.
+    pub rbac_proxy_image: Option<String>,
+    /// Reconcile metrics.
+    pub metrics: metrics::ReconcileMetrics,
+    recorder: Recorder,
+    /// When the CR entered Processing while waiting for the Deployment (for `ReadyTimeout`).
+    waiting_since: Mutex<Option<Instant>>,
+}
+
+impl Context {
+    /// A context; `resources` are loaded by the caller.
+    pub fn new(
+        client: kube::Client,
+        config: Config,
+        resources: ModuleResources,
+        image: String,
+        rbac_proxy_image: Option<String>,
+        metrics: metrics::ReconcileMetrics,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "btp-manager".into(),
+                instance: None,
+            },
+        );
+        Self {
+            client,
+            config: RwLock::new(config),
+            resources: RwLock::new(Arc::new(resources)),
+            image,
+            rbac_proxy_image,
+            metrics,
+            recorder,
+            waiting_since: Mutex::new(None),
+        }
+    }
+
+    fn config(&self) -> Config {
+        match self.config.read() {
+            Ok(c) => c.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn resources(&self) -> Arc<ModuleResources> {
+        match self.resources.read() {
+            Ok(r) => r.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn waiting_since(&self, waiting: bool) -> Option<Instant> {
+        let mut guard = match self.waiting_since.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if waiting {
+            Some(*guard.get_or_insert_with(Instant::now))
+        } else {
+            *guard = None;
+            None
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+}
+
+fn is_valid(cr: &BtpOperator) -> bool {
+    cr.namespace().as_deref() == Some(names::KYMA_SYSTEM) && cr.name_any() == names::BTP_OPERATOR_NAME
+}
+
+/// Writes status and publishes an Event on every state change.
+struct StatusWriter<'a> {
+    ctx: &'a Context,
+    api: Api<BtpOperator>,
+    cr: &'a BtpOperator,
+    current: Option<BtpOperatorStatus>,
+}
+
+impl StatusWriter<'_> {
+    async fn set(&mut self, outcome: Outcome) -> Result<(), ReconcileError> {
+        let Some(next) = status::next_status(
+            self.current.as_ref(),
+            &outcome,
+            self.cr.meta().generation,
+            &now_rfc3339(),
+        ) else {
+            return Ok(());
+        };
+        let name = self.cr.name_any();
+        self.api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": next })))
+            .await
+            .map_err(api_err("writing the BtpOperator status"))?;
+        let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state);
+        if changed_state {
+            let type_ = match next.state {
+                State::Error | State::Warning => EventType::Warning,
+                _ => EventType::Normal,
+            };
+            let event = Event {
+                type_,
+                reason: outcome.reason.as_str().into(),
+                note: Some(format!("{}: {}", next.state.as_str(), outcome.message)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.ctx.recorder.publish(&event, &self.cr.object_ref(&())).await {
+                tracing::warn!(error = %e, "publishing an Event");
+            }
+            tracing::info!(state = next.state.as_str(), reason = %outcome.reason, message = %outcome.message, "BtpOperator state changed");
+        }
+        self.current = Some(next);
+        Ok(())
+    }
+
+    fn state(&self) -> Option<State> {
+        status::current_state(self.current.as_ref())
+    }
+}
+
+/// Reconcile one `BtpOperator`.
+pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let result = reconcile_inner(&cr, &ctx).await;
+    ctx.metrics.observe(&result, started.elapsed());
+    result
+}
+
+async fn reconcile_inner(cr: &BtpOperator, ctx: &Context) -> Result<Action, ReconcileError> {
+    let config = ctx.config();
+    let annotations = cr.annotations();
+    if annotations.get(names::OPERATION_ANNOTATION).map(String::as_str) == Some("ignore") {
+        tracing::debug!(name = %cr.name_any(), "operation annotation is ignore: leaving the CR alone");
+        return Ok(Action::await_change());
+    }
+    let namespace = cr.namespace().unwrap_or_default();
+    let crs: Api<BtpOperator> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut status = StatusWriter {
+        ctx,
+        api: crs.clone(),
+        cr,
+        current: cr.status.clone(),
+    };
+
+    if !is_valid(cr) {
+        status
+            .set(Outcome::new(
+                Reason::WrongNamespaceOrName,
+                "Your resource must be in the kyma-system namespace. The resource's name must be btpoperator.",
+            ))
+            .await?;
+        return Ok(Action::await_change());
+    }
+    if cr.meta().deletion_timestamp.is_some() {
+        // Deprovisioning is a separate piece of work; until it exists the CR stays in Deleting.
+        status
+            .set(Outcome::new(Reason::HardDeleting, "BtpOperator is to be deleted"))
+            .await?;
+        return Ok(Action::await_change());
+    }
+    if annotations.get(names::OPERATION_ANNOTATION).map(String::as_str) == Some("reconcile") {
+        let patch = json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}});
+        crs.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api_err("removing the operation annotation"))?;
+    }
+    if !cr.finalizers().iter().any(|f| f == names::FINALIZER) {
+        let mut finalizers = cr.finalizers().to_vec();
+        finalizers.push(names::FINALIZER.into());
+        let patch = json!({"metadata": {"finalizers": finalizers}});
+        crs.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api_err("adding the finalizer"))?;
+    }
+    let was_ready = status.state() == Some(State::Ready);
+    // A new CR is Initialized first. From Warning or Error there is no intermediate write: this pass's
+    // outcome replaces the status directly, so a reconcile triggered by our own status write cannot
+    // flap between Processing and the same Warning/Error.
+    if status.state().is_none() {
+        status.set(Outcome::new(Reason::Initialized, "Initialized")).await?;
+    }
+    let failed = if was_ready {
+        Reason::ReconcileFailed
+    } else {
+        Reason::ProvisioningFailed
+    };
+
+    // The required Secret.
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &config.chart_namespace);
+    let secret = secrets.get_opt(&config.secret_name).await;
+    let secret = match secret {
+        Ok(s) => s,
+        Err(e) => {
+            let message = format!("unable to get Secret: {}", api_error_summary(&e));
+            status.set(Outcome::new(Reason::InvalidSecret, message)).await?;
+            return Ok(Action::requeue(config.processing_state_requeue_interval));
+        }
+    };
+    let data: std::collections::BTreeMap<String, Vec<u8>> = secret
+        .as_ref()
+        .and_then(|s| s.data.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let observed = match &secret {
+        None => Observed::Absent,
+        Some(s) if !labelled(s) => Observed::Unlabelled,
+        Some(_) => Observed::Present(&data),
+    };
+    let credentials = match credentials::validate(observed, &config.secret_name, &config.chart_namespace) {
+        Ok(c) => c,
+        Err(SecretProblem::Missing { message }) => {
+            status.set(Outcome::new(Reason::MissingSecret, message)).await?;
+            return Ok(Action::requeue(config.ready_state_requeue_interval));
+        }
+        Err(SecretProblem::Invalid { message }) => {
+            status.set(Outcome::new(Reason::InvalidSecret, message)).await?;
+            return Ok(Action::requeue(config.ready_state_requeue_interval));
+        }
+    };
+
+    // Apply.
+    let module = ctx.resources();
+    if let Err(message) = apply_module(ctx, &config, &module, &credentials).await {
+        status.set(Outcome::new(failed, message)).await?;
+        return Ok(Action::requeue(config.processing_state_requeue_interval));
+    }
+
+    // Readiness of the operand Deployment.
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &config.chart_namespace);
+    let deployment = deployments
+        .get_opt(&config.deployment_name)
+        .await
+        .map_err(api_err("reading the operand Deployment"))?;
+    if deployment.as_ref().is_some_and(deployment_ready) {
+        ctx.waiting_since(false);
+        status
+            .set(Outcome::new(
+                Reason::ReconcileSucceeded,
+                "Module provisioning succeeded",
+            ))
+            .await?;
+        return Ok(Action::requeue(config.ready_state_requeue_interval));
+    }
+    let since = ctx.waiting_since(true).unwrap_or_else(Instant::now);
+    let waited = since.elapsed();
+    if waited >= config.ready_timeout {
+        let message = format!(
+            "timed out while waiting for resources readiness: timeout waiting for {} Deployment to be ready",
+            config.deployment_name
+        );
+        status.set(Outcome::new(failed, message)).await?;
+        return Ok(Action::requeue(config.processing_state_requeue_interval));
+    }
+    if was_ready || status.state() != Some(State::Processing) {
+        let message = format!(
+            "waiting for Deployment {}/{} to become available",
+            config.chart_namespace, config.deployment_name
+        );
+        status.set(Outcome::new(Reason::Updated, message)).await?;
+    }
+    // The Deployment watch brings us back as soon as its conditions change; this requeue enforces the timeout.
+    Ok(Action::requeue(
+        config.ready_timeout - waited + Duration::from_millis(50),
+    ))
+}
+
+fn labelled(secret: &Secret) -> bool {
+    secret
+        .labels()
+        .get(names::MANAGED_BY_LABEL)
+        .is_some_and(|v| names::MANAGED_BY_VISIBLE.contains(&v.as_str()))
+}
+
+/// `Available=True` and `Progressing=True`.
+pub fn deployment_ready(d: &Deployment) -> bool {
+    let conditions = d.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let is_true = |t: &str| conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"));
+    is_true("Available") && is_true("Progressing")
+}
+
+fn api_error_summary(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
+}
+
+fn api_resource(api_version: &str, kind: &str) -> ApiResource {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+fn dynamic_api(client: &kube::Client, obj: &Value) -> (Api<DynamicObject>, String) {
+    let (api_version, kind, ns, name) = resources::identity(obj);
+    let ar = api_resource(&api_version, &kind);
+    let api = match ns {
+        Some(ns) if !resources::is_cluster_scoped(&kind) => Api::namespaced_with(client.clone(), &ns, &ar),
+        _ => Api::all_with(client.clone(), &ar),
+    };
+    (api, name)
+}
+
+/// Delete outdated objects, prepare and server-side apply the module resources. Returns a message
+/// (never a secret value) on failure.
+async fn apply_module(
+    ctx: &Context,
+    config: &Config,
+    module: &ModuleResources,
+    credentials: &credentials::Credentials,
+) -> Result<(), String> {
+    let mut errors = Vec::new();
+    for obj in &module.delete {
+        let (api, name) = dynamic_api(&ctx.client, obj);
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => errors.push(format!(
+                "deleting outdated {} {name}: {}",
+                obj["kind"].as_str().unwrap_or(""),
+                api_error_summary(&e)
+            )),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors.join(", "));
+    }
+    let inputs = resources::Inputs {
+        chart_namespace: &config.chart_namespace,
+        deployment_name: &config.deployment_name,
+        credentials,
+        enable_limited_cache: &config.enable_limited_cache,
+        image: &ctx.image,
+        rbac_proxy_image: ctx.rbac_proxy_image.as_deref(),
+        ca_bundle: None,
+        extra: &[],
+    };
+    let objects = resources::prepare(module, &inputs).map_err(|e| e.to_string())?;
+    let params = PatchParams::apply(names::FIELD_MANAGER).force();
+    for obj in &objects {
+        let (api, name) = dynamic_api(&ctx.client, obj);
+        if let Err(e) = api.patch(&name, &params, &Patch::Apply(obj)).await {
+            return Err(format!(
+                "applying {} {name}: {}",
+                obj["kind"].as_str().unwrap_or(""),
+                api_error_summary(&e)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Requeue with backoff on API errors.
+pub fn error_policy(_cr: Arc<BtpOperator>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(error = %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The key every secondary watch maps to.
+fn the_cr() -> ObjectRef<BtpOperator> {
+    ObjectRef::new(names::BTP_OPERATOR_NAME).within(names::KYMA_SYSTEM)
+}
+
+/// Run the controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let config = ctx.config();
+    let client = ctx.client.clone();
+    let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+    Controller::new(Api::<BtpOperator>::all(client.clone()), watcher::Config::default())
+        .watches(
+            Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
+            by_name(&config.secret_name),
+            |_| Some(the_cr()),
+        )
+        .watches(
+            Api::<Deployment>::namespaced(client.clone(), &config.chart_namespace),
+            by_name(&config.deployment_name),
+            |_| Some(the_cr()),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,308 @@
+//! Module resources (reference §8.1–§8.3): loading `module-resources/` and preparing the objects to apply.
+//! Loading reads files; preparation is pure.
+
+use super::credentials::Credentials;
+use base64::Engine as _;
+use btp_api::names;
+use serde_json::{json, Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Name of the operand ConfigMap.
+pub const OPERAND_CONFIGMAP: &str = "sap-btp-operator-config";
+/// Name of the operand credentials Secret.
+pub const OPERAND_SECRET: &str = "sap-btp-service-operator";
+/// Container that gets the operand image.
+pub const MANAGER_CONTAINER: &str = "manager";
+/// Optional sidecar that gets the `KUBE_RBAC_PROXY` image.
+pub const RBAC_PROXY_CONTAINER: &str = "kube-rbac-proxy";
+
+/// Kinds that are cluster-scoped (applied through cluster-scoped endpoints, without a namespace).
+pub const CLUSTER_SCOPED_KINDS: [&str; 7] = [
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "Namespace",
+    "PriorityClass",
+];
+
+/// Whether objects of `kind` are cluster-scoped.
+pub fn is_cluster_scoped(kind: &str) -> bool {
+    CLUSTER_SCOPED_KINDS.contains(&kind)
+}
+
+/// Loading failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file or directory could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// Which.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A document is not valid YAML or not a Kubernetes object.
+    #[error("{path}: {reason}")]
+    Invalid {
+        /// Which file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The operand's manifests as shipped with the manager.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModuleResources {
+    /// Objects to apply, in file-name then document order.
+    pub apply: Vec<Value>,
+    /// Objects from older chart versions to delete.
+    pub delete: Vec<Value>,
+    /// The chart version (label `chart-version`).
+    pub chart_version: String,
+}
+
+fn read_dir_objects(dir: &Path) -> Result<Vec<Value>, LoadError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(LoadError::Read {
+                path: dir.into(),
+                source,
+            })
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yml" || e == "yaml"))
+        .collect();
+    files.sort();
+    let mut objects = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| LoadError::Invalid {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            let named = doc["apiVersion"].is_string() && doc["kind"].is_string() && doc["metadata"]["name"].is_string();
+            if !named {
+                return Err(LoadError::Invalid {
+                    path,
+                    reason: "a document lacks apiVersion, kind or metadata.name".into(),
+                });
+            }
+            objects.push(doc);
+        }
+    }
+    Ok(objects)
+}
+
+/// Load `<dir>/apply`, `<dir>/delete` and `<dir>/chart-version`.
+pub fn load(dir: &Path) -> Result<ModuleResources, LoadError> {
+    let version_path = dir.join("chart-version");
+    let chart_version = std::fs::read_to_string(&version_path)
+        .map_err(|source| LoadError::Read {
+            path: version_path,
+            source,
+        })?
+        .trim()
+        .to_string();
+    Ok(ModuleResources {
+        apply: read_dir_objects(&dir.join("apply"))?,
+        delete: read_dir_objects(&dir.join("delete"))?,
+        chart_version,
+    })
+}
+
+/// What preparation needs besides the manifests.
+#[derive(Clone, Debug)]
+pub struct Inputs<'a> {
+    /// Operand namespace.
+    pub chart_namespace: &'a str,
+    /// Operand Deployment name.
+    pub deployment_name: &'a str,
+    /// From the required Secret.
+    pub credentials: &'a Credentials,
+    /// `ENABLE_LIMITED_CACHE`.
+    pub enable_limited_cache: &'a str,
+    /// Image for the `manager` container.
+    pub image: &'a str,
+    /// Image for a `kube-rbac-proxy` container, if the manifests have one.
+    pub rbac_proxy_image: Option<&'a str>,
+    /// PEM to inject into every operand webhook `caBundle` (None leaves the manifests' value).
+    pub ca_bundle: Option<&'a [u8]>,
+    /// Extra objects to apply after the manifests (network policies, certificate Secrets).
+    pub extra: &'a [Value],
+}
+
+/// Preparation failed: the manifests do not have what the manager needs.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PrepareError {
+    /// A mandatory object is missing.
+    #[error("module resources lack the {kind} {name}")]
+    Missing {
+        /// Kind.
+        kind: &'static str,
+        /// Name.
+        name: String,
+    },
+    /// The Deployment has no `manager` container.
+    #[error("Deployment {0} has no container named manager")]
+    NoManagerContainer(String),
+}
+
+fn is(obj: &Value, kind: &str, name: &str) -> bool {
+    obj["kind"] == kind && obj["metadata"]["name"] == name
+}
+
+fn set_labels(target: &mut Value, labels: &[(&str, &str)]) {
+    if !target.is_object() {
+        return;
+    }
+    let meta = &mut target["metadata"];
+    if !meta["labels"].is_object() {
+        meta["labels"] = json!({});
+    }
+    for (k, v) in labels {
+        meta["labels"][*k] = json!(v);
+    }
+}
+
+/// The objects to apply, in order: manifests and extras, then webhook configurations last.
+pub fn prepare(resources: &ModuleResources, inputs: &Inputs<'_>) -> Result<Vec<Value>, PrepareError> {
+    for (kind, name) in [
+        ("ConfigMap", OPERAND_CONFIGMAP),
+        ("Secret", OPERAND_SECRET),
+        ("Deployment", inputs.deployment_name),
+    ] {
+        if !resources.apply.iter().any(|o| is(o, kind, name)) {
+            return Err(PrepareError::Missing {
+                kind,
+                name: name.to_string(),
+            });
+        }
+    }
+    let labels = [
+        (names::MANAGED_BY_LABEL, names::MANAGED_BY_BTP_MANAGER),
+        (names::CHART_VERSION_LABEL, resources.chart_version.as_str()),
+        (names::MODULE_LABEL, names::MODULE_NAME),
+    ];
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut objects = Vec::new();
+    let mut webhooks = Vec::new();
+    for original in resources.apply.iter().chain(inputs.extra) {
+        let mut obj = original.clone();
+        set_labels(&mut obj, &labels);
+        let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+        if let Some(meta) = obj["metadata"].as_object_mut() {
+            meta.remove("creationTimestamp");
+            if is_cluster_scoped(&kind) {
+                meta.remove("namespace");
+            } else {
+                meta.insert("namespace".into(), json!(inputs.chart_namespace));
+            }
+        }
+        if is(&obj, "ConfigMap", OPERAND_CONFIGMAP) {
+            if !obj["data"].is_object() {
+                obj["data"] = json!({});
+            }
+            let ns = inputs.credentials.credentials_namespace.as_str();
+            obj["data"]["CLUSTER_ID"] = json!(inputs.credentials.cluster_id);
+            obj["data"]["RELEASE_NAMESPACE"] = json!(ns);
+            obj["data"]["MANAGEMENT_NAMESPACE"] = json!(ns);
+            obj["data"]["ENABLE_LIMITED_CACHE"] = json!(inputs.enable_limited_cache);
+        }
+        if is(&obj, "Secret", OPERAND_SECRET) {
+            obj["metadata"]["namespace"] = json!(inputs.credentials.credentials_namespace);
+            if !obj["data"].is_object() {
+                obj["data"] = json!({});
+            }
+            for (k, v) in inputs.credentials.operand_secret_data() {
+                obj["data"][k.as_str()] = json!(b64.encode(v));
+            }
+        }
+        if is(&obj, "Deployment", inputs.deployment_name) {
+            set_deployment_images(&mut obj, inputs)?;
+            let template = &mut obj["spec"]["template"];
+            if template.is_object() {
+                set_labels(template, &[(names::MODULE_LABEL, names::MODULE_NAME)]);
+            }
+        }
+        if kind == "ClusterRoleBinding" || kind == "RoleBinding" {
+            // The operand's ServiceAccount lives in the chart namespace.
+            for subject in obj["subjects"].as_array_mut().into_iter().flatten() {
+                if subject["kind"] == "ServiceAccount" {
+                    subject["namespace"] = json!(inputs.chart_namespace);
+                }
+            }
+        }
+        if kind == "MutatingWebhookConfiguration" || kind == "ValidatingWebhookConfiguration" {
+            for hook in obj["webhooks"].as_array_mut().into_iter().flatten() {
+                let Some(cc) = hook.get_mut("clientConfig").and_then(Value::as_object_mut) else {
+                    continue;
+                };
+                // The operand's webhook Service lives in the chart namespace.
+                if let Some(service) = cc.get_mut("service").and_then(Value::as_object_mut) {
+                    service.insert("namespace".into(), json!(inputs.chart_namespace));
+                }
+                if let Some(bundle) = inputs.ca_bundle {
+                    cc.insert("caBundle".into(), json!(b64.encode(bundle)));
+                }
+            }
+            webhooks.push(obj);
+        } else {
+            objects.push(obj);
+        }
+    }
+    objects.extend(webhooks);
+    Ok(objects)
+}
+
+fn set_deployment_images(obj: &mut Value, inputs: &Inputs<'_>) -> Result<(), PrepareError> {
+    let name = inputs.deployment_name.to_string();
+    let containers = obj["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .ok_or_else(|| PrepareError::NoManagerContainer(name.clone()))?;
+    let mut found = false;
+    for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+        match c.get("name").and_then(Value::as_str) {
+            Some(MANAGER_CONTAINER) => {
+                c.insert("image".into(), json!(inputs.image));
+                found = true;
+            }
+            Some(RBAC_PROXY_CONTAINER) => {
+                if let Some(image) = inputs.rbac_proxy_image {
+                    c.insert("image".into(), json!(image));
+                }
+            }
+            _ => {}
+        }
+    }
+    found.then_some(()).ok_or(PrepareError::NoManagerContainer(name))
+}
+
+/// `(apiVersion, kind, namespace, name)` of an object, for API calls.
+pub fn identity(obj: &Value) -> (String, String, Option<String>, String) {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let meta: &Map<String, Value> = match obj["metadata"].as_object() {
+        Some(m) => m,
+        None => return (s(&obj["apiVersion"]), s(&obj["kind"]), None, String::new()),
+    };
+    let ns = meta.get("namespace").and_then(Value::as_str).map(str::to_string);
+    (
+        s(&obj["apiVersion"]),
+        s(&obj["kind"]),
+        ns,
+        meta.get("name").map(s).unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -250,7 +250,9 @@ fn parse_body(ctx: &Ctx) -> ApiResult<Value> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let mime = ct.split(';').next().unwrap_or("").trim();
-    // protobuf is not supported: 415 makes client-go (kubectl) fall back to JSON
+    if mime == "application/vnd.kubernetes.protobuf" {
+        return crate::proto::decode(&ctx.body).map_err(ApiError::unsupported_media);
+    }
     if !(mime.is_empty() || mime.contains("json") || mime.contains("yaml") || mime == "*/*") {
         return Err(ApiError::unsupported_media(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {mime:?})"

@@ -9,6 +9,7 @@ pub mod error;
 pub mod faults;
 mod handlers;
 pub mod patch;
+pub mod proto;
 pub mod registry;
 pub mod selectors;
 mod server;

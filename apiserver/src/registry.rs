@@ -88,6 +88,16 @@ fn builtin(
 }
 
 pub fn builtins() -> Vec<ResourceDef> {
+    let mut v = builtin_list();
+    for d in v.iter_mut() {
+        if matches!(d.plural.as_str(), "pods" | "services" | "deployments") {
+            d.categories = vec!["all".into()];
+        }
+    }
+    v
+}
+
+fn builtin_list() -> Vec<ResourceDef> {
     vec![
         builtin("", "v1", "namespaces", "Namespace", false, &["ns"], true),
         builtin("", "v1", "secrets", "Secret", true, &[], false),

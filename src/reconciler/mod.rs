@@ -14,6 +14,7 @@ use crate::config::Config;
 use btp_api::{names, BtpOperator, BtpOperatorStatus, Reason, State};
 use credentials::{Observed, SecretProblem};
 use futures::StreamExt as _;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -106,6 +107,23 @@ impl Context {
         match self.resources.read() {
             Ok(r) => r.clone(),
             Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// An Event on the BtpOperator saying which certificates were regenerated and why (no key material).
+    async fn certificate_event(&self, what: &str, decision: &btp_certs::operand::Decision) {
+        let reference = BtpOperator::new(names::BTP_OPERATOR_NAME);
+        let mut reference = reference.object_ref(&());
+        reference.namespace = Some(names::KYMA_SYSTEM.into());
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "CertificatesRegenerated".into(),
+            note: Some(format!("regenerated the operand's {what}: {decision}")),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, "publishing an Event");
         }
     }
 
@@ -392,6 +410,7 @@ async fn apply_module(
     if !errors.is_empty() {
         return Err(errors.join(", "));
     }
+    let certs = operand_certificates(ctx, config).await?;
     let inputs = resources::Inputs {
         chart_namespace: &config.chart_namespace,
         deployment_name: &config.deployment_name,
@@ -399,8 +418,8 @@ async fn apply_module(
         enable_limited_cache: &config.enable_limited_cache,
         image: &ctx.image,
         rbac_proxy_image: ctx.rbac_proxy_image.as_deref(),
-        ca_bundle: None,
-        extra: &[],
+        ca_bundle: certs.ca_bundle.as_deref(),
+        extra: &certs.secrets,
     };
     let objects = resources::prepare(module, &inputs).map_err(|e| e.to_string())?;
     let params = PatchParams::apply(names::FIELD_MANAGER).force();
@@ -415,6 +434,80 @@ async fn apply_module(
         }
     }
     Ok(())
+}
+
+/// The operand's webhook certificates for this apply: Secrets to (re)write and the CA bundle to inject.
+struct OperandCertificates {
+    secrets: Vec<Value>,
+    ca_bundle: Option<Vec<u8>>,
+}
+
+fn secret_object(name: &str, data: std::collections::BTreeMap<String, Vec<u8>>) -> Value {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let data: serde_json::Map<String, Value> = data.into_iter().map(|(k, v)| (k, json!(b64.encode(v)))).collect();
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque", "data": data})
+}
+
+/// Reference §10.3 on what is in the cluster now: keep, new leaf, or new CA and leaf.
+async fn operand_certificates(ctx: &Context, config: &Config) -> Result<OperandCertificates, String> {
+    use btp_certs::operand;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &config.chart_namespace);
+    let read = |name: &'static str| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .get_opt(name)
+                .await
+                .map(|s| s.map(|s| s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()))
+                .map_err(|e| format!("reading Secret {name}: {}", api_error_summary(&e)))
+        }
+    };
+    let ca: Option<std::collections::BTreeMap<String, Vec<u8>>> = read(operand::CA_SECRET).await?;
+    let webhook: Option<std::collections::BTreeMap<String, Vec<u8>>> = read(operand::WEBHOOK_SECRET).await?;
+    let settings = operand::Settings {
+        ca_validity: config.ca_certificate_expiration,
+        webhook_validity: config.webhook_certificate_expiration,
+        expiration_boundary: config.expiration_boundary,
+        key: config.key_algorithm,
+        namespace: config.chart_namespace.clone(),
+    };
+    let now = std::time::SystemTime::now();
+    let decision = operand::decide(ca.as_ref(), webhook.as_ref(), now, &settings);
+    let regenerated = if matches!(decision, operand::Decision::Keep) {
+        None
+    } else {
+        let (d, c, s) = (decision.clone(), ca.clone(), settings.clone());
+        // RSA key generation can take seconds: keep it off the async workers.
+        tokio::task::spawn_blocking(move || operand::regenerate(&d, c.as_ref(), now, &s))
+            .await
+            .map_err(|e| format!("certificate generation task: {e}"))?
+            .map_err(|e| format!("generating the operand's webhook certificates: {e}"))?
+    };
+    let mut out = OperandCertificates {
+        secrets: Vec::new(),
+        ca_bundle: None,
+    };
+    if let Some(certs) = &regenerated {
+        if matches!(decision, operand::Decision::Full(_)) {
+            out.secrets
+                .push(secret_object(operand::CA_SECRET, operand::to_ca_secret_data(&certs.ca)));
+        }
+        out.secrets.push(secret_object(
+            operand::WEBHOOK_SECRET,
+            operand::to_webhook_secret_data(&certs.webhook),
+        ));
+        ctx.metrics.cert_regenerated();
+        let what = if matches!(decision, operand::Decision::Full(_)) {
+            "CA and webhook certificate"
+        } else {
+            "webhook certificate"
+        };
+        tracing::info!(%decision, "regenerating the operand's {what}");
+        ctx.certificate_event(what, &decision).await;
+    }
+    out.ca_bundle = operand::ca_bundle(ca.as_ref(), regenerated.as_ref());
+    Ok(out)
 }
 
 /// Requeue with backoff on API errors.
@@ -442,6 +535,27 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
         .watches(
             Api::<Deployment>::namespaced(client.clone(), &config.chart_namespace),
             by_name(&config.deployment_name),
+            |_| Some(the_cr()),
+        )
+        // Everything we put in the chart namespace (cert Secrets, the operand Secret): edits are reverted.
+        .watches(
+            Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
+            watcher::Config::default().labels(&format!(
+                "{}={}",
+                names::MANAGED_BY_LABEL,
+                names::MANAGED_BY_BTP_MANAGER
+            )),
+            |_| Some(the_cr()),
+        )
+        // The operand's webhook configurations: a changed caBundle is put back at once.
+        .watches(
+            Api::<MutatingWebhookConfiguration>::all(client.clone()),
+            by_name(btp_certs::operand::MUTATING_WEBHOOK_CONFIGURATION),
+            |_| Some(the_cr()),
+        )
+        .watches(
+            Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+            by_name(btp_certs::operand::VALIDATING_WEBHOOK_CONFIGURATION),
             |_| Some(the_cr()),
         )
         .graceful_shutdown_on(shutdown)

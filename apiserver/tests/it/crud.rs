@@ -407,7 +407,17 @@ async fn validation_and_errors() {
     )
     .await;
     assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")), "{body}");
-    // protobuf bodies are refused with 415
+    // unsupported media types and protobuf kinds are refused with 415
+    let (code, _, _) = raw(
+        &srv,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some("text/plain"),
+        "x",
+        None,
+    )
+    .await;
+    assert_eq!(code, 415);
     let (code, _, _) = raw(
         &srv,
         "POST",
@@ -651,4 +661,105 @@ async fn deployment_scale_subresource() {
     let d = api.get("sc").await.unwrap();
     assert_eq!(d.spec.unwrap().replicas, Some(5));
     assert_eq!(d.metadata.generation, Some(2));
+}
+
+/// Malformed input never panics the server nor yields a 5xx.
+#[tokio::test]
+async fn malformed_requests_are_client_errors() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    api.create(&PostParams::default(), &cm("t")).await.unwrap();
+    let base = "/api/v1/namespaces/default/configmaps";
+    let cases: Vec<(&str, String, Option<&str>, &str)> = vec![
+        ("POST", base.into(), Some("application/json"), "[]"),
+        ("POST", base.into(), Some("application/json"), "null"),
+        ("POST", base.into(), Some("application/json"), r#"{"metadata": 5}"#),
+        (
+            "POST",
+            base.into(),
+            Some("application/json"),
+            r#"{"metadata": {"name": 5}}"#,
+        ),
+        (
+            "POST",
+            base.into(),
+            Some("application/json"),
+            r#"{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"x"}}"#,
+        ),
+        ("POST", base.into(), Some("application/yaml"), "a: [unclosed"),
+        ("POST", format!("{base}/t"), Some("application/json"), "{}"),
+        ("PUT", base.into(), Some("application/json"), "{}"),
+        (
+            "PUT",
+            format!("{base}/t"),
+            Some("application/json"),
+            r#"{"metadata":{"resourceVersion":"zzz"}}"#,
+        ),
+        (
+            "PATCH",
+            format!("{base}/t"),
+            Some("application/merge-patch+json"),
+            "[1]",
+        ),
+        (
+            "PATCH",
+            format!("{base}/t"),
+            Some("application/merge-patch+json"),
+            r#"{"metadata": null}"#,
+        ),
+        (
+            "PATCH",
+            format!("{base}/t"),
+            Some("application/json-patch+json"),
+            r#"[{"op":"replace","path":"","value":7}]"#,
+        ),
+        (
+            "PATCH",
+            format!("{base}/t"),
+            Some("application/strategic-merge-patch+json"),
+            "7",
+        ),
+        (
+            "PATCH",
+            format!("{base}/t?fieldManager=m"),
+            Some("application/apply-patch+yaml"),
+            "- a\n- b\n",
+        ),
+        (
+            "PATCH",
+            format!("{base}/t?fieldManager=m"),
+            Some("application/apply-patch+yaml"),
+            "kind: ConfigMap\n",
+        ),
+        ("PATCH", format!("{base}/t"), Some("application/whatever"), "{}"),
+        ("DELETE", format!("{base}/t"), Some("application/json"), "{not json"),
+        (
+            "DELETE",
+            format!("{base}/t"),
+            Some("application/json"),
+            r#"{"propagationPolicy":"Sideways"}"#,
+        ),
+        ("GET", format!("{base}?labelSelector=a%20in%20(b"), None, ""),
+        ("GET", format!("{base}?fieldSelector=nonsense"), None, ""),
+        ("GET", format!("{base}?limit=-1"), None, ""),
+        ("GET", format!("{base}?watch=true&timeoutSeconds=x"), None, ""),
+        ("GET", format!("{base}?watch=true&sendInitialEvents=true"), None, ""),
+        ("GET", "/api/v1/namespaces/default/configmaps/t/status".into(), None, ""),
+        ("GET", "/apis/nope.example.com/v1/things".into(), None, ""),
+        ("POST", "/api".into(), Some("application/json"), "{}"),
+        ("GET", "/api/v1/configmaps/t".into(), None, ""),
+        (
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions".into(),
+            Some("application/json"),
+            r#"{"metadata":{"name":"a.b"},"spec":{"group":"b","names":{"plural":"a","kind":"A"},"scope":"Weird","versions":[]}}"#,
+        ),
+    ];
+    for (method, path, ct, body) in cases {
+        let (code, _, resp) = raw(&srv, method, &path, ct, body, None).await;
+        assert!((400..500).contains(&code), "{method} {path} {body:?} -> {code} {resp}");
+        assert_eq!(resp["kind"], "Status", "{method} {path} -> {resp}");
+    }
+    // the object is untouched
+    assert_eq!(api.get("t").await.unwrap().data.unwrap()["k"], "v");
 }

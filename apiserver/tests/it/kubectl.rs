@@ -87,6 +87,30 @@ async fn kubectl_get_apply_delete() {
     let (ok, out, err) = k.run(&["get", "namespaces"]).await;
     assert!(ok, "{err}");
     assert!(out.contains("NAME") && out.contains("kube-system"), "{out}");
+    // imperative creates send protobuf bodies
+    let (ok, out, err) = k.run(&["create", "namespace", "imperative"]).await;
+    assert!(ok && out.contains("namespace/imperative created"), "{out}{err}");
+    let (ok, _, err) = k
+        .run(&[
+            "-n",
+            "imperative",
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "--from-literal=pw=hunter2",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let (ok, out, _) = k
+        .run(&["-n", "imperative", "get", "secret", "s", "-o", "jsonpath={.data.pw}"])
+        .await;
+    assert!(ok);
+    assert_eq!(out, "aHVudGVyMg==");
+    let (ok, out, err) = k
+        .run(&["-n", "imperative", "create", "configmap", "c", "--from-literal=a=b"])
+        .await;
+    assert!(ok && out.contains("configmap/c created"), "{out}{err}");
     let f1 = k.write("v1.yaml", &manifest("1"));
     let (ok, out, err) = k.run(&["apply", "-f", &f1]).await;
     assert!(ok && out.contains("configmap/demo created"), "{out}{err}");

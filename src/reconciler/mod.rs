@@ -477,7 +477,7 @@ async fn operand_certificates(ctx: &Context, config: &Config) -> Result<OperandC
     let regenerated = if matches!(decision, operand::Decision::Keep) {
         None
     } else {
-        let (d, c, s) = (decision.clone(), ca.clone(), settings.clone());
+        let (d, c, s) = (decision, ca.clone(), settings.clone());
         // RSA key generation can take seconds: keep it off the async workers.
         tokio::task::spawn_blocking(move || operand::regenerate(&d, c.as_ref(), now, &s))
             .await

@@ -704,12 +704,6 @@ async fn malformed_requests_are_client_errors() {
         (
             "PATCH",
             format!("{base}/t"),
-            Some("application/merge-patch+json"),
-            r#"{"metadata": null}"#,
-        ),
-        (
-            "PATCH",
-            format!("{base}/t"),
             Some("application/json-patch+json"),
             r#"[{"op":"replace","path":"","value":7}]"#,
         ),

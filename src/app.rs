@@ -1,6 +1,8 @@
 //! Start-up and wiring of the `run` command; generated artifacts (CRD, webhook manifests).
 
 use crate::cli::RunArgs;
+use crate::config::Config;
+use crate::reconciler::{self, metrics::ReconcileMetrics, resources, Context};
 use crate::{ops, webhook_certs};
 use anyhow::Context as _;
 use btp_api::names;
@@ -38,11 +40,11 @@ pub fn print_webhook_manifests(namespace: &str) -> anyhow::Result<()> {
 }
 
 /// A future that resolves once shutdown was requested.
-async fn stopped(mut rx: watch::Receiver<bool>) {
+pub async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-async fn wait_for_signal() {
+pub async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -114,6 +116,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::default();
     let webhook_metrics = WebhookMetrics::register(&mut registry);
+    start_reconciler(&args, client.clone(), &mut registry, stop_rx.clone()).await?;
     let registry = Arc::new(Mutex::new(registry));
     let ready = ops::Readiness::default();
     serve_plain(
@@ -157,15 +160,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 policy,
                 manifests,
             );
-            let stored = certs.settle().await.context("preparing the webhook certificates")?;
-            let leaf = stored.leaf.as_ref().context("no serving certificate after settling")?;
-            let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
-            certs
-                .publish(&stored, &cert)
-                .await
-                .context("publishing the webhook CA bundle")?;
-            tokio::spawn(certs.run(cert.clone(), stopped(stop_rx.clone())));
-            cert
+            managed_webhook_certificate(certs, stop_rx.clone()).await?
         }
     };
 
@@ -190,6 +185,114 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .context("webhook server")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Settle the manager's own webhook certificate Secret, publish its CA bundle, keep both in step in the
+/// background, and return the certificate to serve.
+pub async fn managed_webhook_certificate(
+    certs: webhook_certs::WebhookCerts,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Arc<SwappableCert>> {
+    let stored = certs.settle().await.context("preparing the webhook certificates")?;
+    let leaf = stored.leaf.as_ref().context("no serving certificate after settling")?;
+    let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
+    certs
+        .publish(&stored, &cert)
+        .await
+        .context("publishing the webhook CA bundle")?;
+    tokio::spawn(certs.run(cert.clone(), stopped(stop)));
+    Ok(cert)
+}
+
+/// The reconciler's configuration from the flags.
+pub fn config_from_args(args: &RunArgs) -> Config {
+    Config {
+        chart_namespace: args.chart_namespace.clone(),
+        secret_name: args.secret_name.clone(),
+        config_name: args.config_name.clone(),
+        deployment_name: args.deployment_name.clone(),
+        resources_path: args.resources_path.clone(),
+        processing_state_requeue_interval: args.processing_state_requeue_interval,
+        ready_state_requeue_interval: args.ready_state_requeue_interval,
+        ready_timeout: args.ready_timeout,
+        enable_limited_cache: args.enable_limited_cache.clone(),
+        ..Config::default()
+    }
+}
+
+/// Lease name (reference §14.3).
+pub const LEADER_LEASE: &str = "ec023d38.kyma-project.io";
+
+pub async fn start_reconciler(
+    args: &RunArgs,
+    client: kube::Client,
+    registry: &mut Registry,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let image = args
+        .operand_image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .context("SAP_BTP_SERVICE_OPERATOR (or --operand-image) must name the operand image")?;
+    let config = config_from_args(args);
+    let module = resources::load(&config.resources_path)
+        .with_context(|| format!("loading module resources from {}", config.resources_path.display()))?;
+    let metrics = ReconcileMetrics::register(registry);
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        config,
+        module,
+        image,
+        args.rbac_proxy_image.clone(),
+        metrics,
+    ));
+    if !args.leader_elect {
+        tokio::spawn(reconciler::run(ctx, stopped(stop)));
+        return Ok(());
+    }
+    let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
+    let lease = kube_lease_manager::LeaseManagerBuilder::new(client, LEADER_LEASE)
+        .with_namespace(args.namespace.clone())
+        .with_identity(identity)
+        .with_duration(15)
+        .with_grace(5)
+        .build()
+        .await
+        .context("preparing leader election")?;
+    tokio::spawn(lead_and_reconcile(lease, ctx, stop));
+    Ok(())
+}
+
+/// Reconcile while holding the lease; stop reconciling when it is lost, resume when regained.
+async fn lead_and_reconcile(
+    lease: kube_lease_manager::LeaseManager,
+    ctx: Arc<Context>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let (mut leader, task) = lease.watch().await;
+    loop {
+        tokio::select! {
+            _ = leader.wait_for(|l| *l) => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+        tracing::info!("leading: reconciling");
+        let (mut lost, mut stopping) = (leader.clone(), stop.clone());
+        reconciler::run(ctx.clone(), async move {
+            tokio::select! {
+                _ = lost.wait_for(|l| !*l) => {}
+                _ = stopping.wait_for(|s| *s) => {}
+            }
+        })
+        .await;
+        if *stop.borrow() {
+            break;
+        }
+        tracing::info!("lost the lease: not reconciling");
+    }
+    drop(leader);
+    if let Ok(Ok(manager)) = task.await {
+        let _ = manager.release().await;
+    }
 }
 
 /// Serve a plain-HTTP router in the background until `shutdown`.

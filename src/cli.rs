@@ -17,6 +17,9 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run everything without a cluster: the embedded API server, the webhooks and the reconciler, with an
+    /// example Secret and BtpOperator; prints every state change. Use the printed kubeconfig with kubectl.
+    Local(Box<LocalArgs>),
     /// Run the manager against the cluster of the current kubeconfig (or in-cluster config).
     Run(Box<RunArgs>),
     /// Print the BtpOperator CustomResourceDefinition (the source of deploy/crd.yaml).
@@ -53,8 +56,52 @@ pub struct RunArgs {
     /// Enable leader election (only the leader reconciles; every replica serves webhooks).
     #[arg(long)]
     pub leader_elect: bool,
+    /// Name of the runtime configuration ConfigMap (in --chart-namespace).
+    #[arg(long, default_value = "sap-btp-manager")]
+    pub config_name: String,
+    /// Name of the operand Deployment.
+    #[arg(long, default_value = "sap-btp-operator-controller-manager")]
+    pub deployment_name: String,
+    /// Directory with the operand manifests (`apply/`, `delete/`, `chart-version`).
+    #[arg(long, default_value = "./module-resources")]
+    pub resources_path: std::path::PathBuf,
+    /// How long the operand Deployment may take to become available.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub ready_timeout: std::time::Duration,
+    /// Periodic re-check while Processing.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub processing_state_requeue_interval: std::time::Duration,
+    /// Periodic re-check while Ready.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub ready_state_requeue_interval: std::time::Duration,
+    /// `ENABLE_LIMITED_CACHE` for the operand.
+    #[arg(long, default_value = "true")]
+    pub enable_limited_cache: String,
+    /// The operand image (container `manager` of the operand Deployment).
+    #[arg(long, env = "SAP_BTP_SERVICE_OPERATOR")]
+    pub operand_image: Option<String>,
+    /// Image for a `kube-rbac-proxy` container in the operand Deployment, if it has one.
+    #[arg(long, env = "KUBE_RBAC_PROXY")]
+    pub rbac_proxy_image: Option<String>,
     #[command(flatten)]
     pub webhook: WebhookArgs,
+}
+
+/// Flags of `local`.
+#[derive(Args, Debug, Clone)]
+pub struct LocalArgs {
+    /// Exit 0 as soon as the BtpOperator is Ready; non-zero with the reason on failure or timeout.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: give up after this long.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Where to write the kubeconfig (default: a file in the temp directory).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Reconciler flags (as for `run`).
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// Webhook TLS flags.
@@ -80,6 +127,11 @@ pub struct WebhookArgs {
     /// Key algorithm of the webhook certificates: ecdsa-p256, rsa-2048, rsa-3072 or rsa-4096.
     #[arg(long, default_value = "ecdsa-p256")]
     pub webhook_key_algorithm: btp_certs::KeyAlgorithm,
+}
+
+/// A Go duration such as `30s`, `5m`, `1h`.
+fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+    crate::config::parse_go_duration(value).ok_or_else(|| format!("{value:?} is not a duration like 30s, 5m or 1h"))
 }
 
 /// Accept Go-style `:8080` as well as `host:port`.

@@ -4,12 +4,14 @@
 //! - `cli`: flags.
 //! - `webhook_certs`: the manager's own webhook certificates in the cluster.
 //! - `config`: runtime configuration (defaults, ConfigMap keys).
+//! - `local`: `btp-manager local`, everything against the embedded API server.
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
 //! - `ops`: metrics and health endpoints; `telemetry`: logging.
 
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod local;
 pub mod ops;
 pub mod reconciler;
 pub mod telemetry;

@@ -8,6 +8,13 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Crd => app::print_crd(),
         Command::WebhookManifests { namespace } => app::print_webhook_manifests(&namespace),
+        Command::Local(args) => {
+            telemetry::init();
+            match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(btp_manager::local::run(*args)),
+                Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
+            }
+        }
         Command::Run(args) => {
             telemetry::init();
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -172,5 +172,16 @@ async fn main() {
         after / 1024,
         after.saturating_sub(before) / 1024
     );
+
+    // 4. list and namespace deletion at that size
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "mem");
+    let t0 = Instant::now();
+    let n = api.list(&Default::default()).await.unwrap().items.len();
+    println!("list: {n} ConfigMaps in {:?}", t0.elapsed());
+    let t0 = Instant::now();
+    let nsapi: Api<Namespace> = Api::all(client.clone());
+    nsapi.delete("mem", &Default::default()).await.unwrap();
+    assert!(nsapi.get_opt("mem").await.unwrap().is_none());
+    println!("namespace deletion with 10,000 ConfigMaps: {:?}", t0.elapsed());
     srv.shutdown().await;
 }

@@ -185,7 +185,13 @@ fn list(ctx: &mut Ctx) -> ApiResult<Response> {
         meta["remainingItemCount"] = json!(remaining);
     }
     if wants_table(&ctx.headers) {
-        return Ok(ok_json(StatusCode::OK, &table(&out, meta)));
+        let cols = ctx
+            .t
+            .def
+            .version(&ctx.t.version)
+            .map(|v| v.columns.clone())
+            .unwrap_or_default();
+        return Ok(ok_json(StatusCode::OK, &table(&out, meta, &cols)));
     }
     let body = json!({
         "apiVersion": ctx.api_version(), "kind": ctx.t.def.list_kind,
@@ -218,8 +224,42 @@ fn age(ts: &str) -> String {
     }
 }
 
-/// A `meta.k8s.io/v1` Table with Name and Age columns (what `kubectl get` asks for).
-pub(crate) fn table(items: &[Value], list_meta: Value) -> Value {
+/// Evaluates a simple JSONPath (`.status.phase`, `.spec.items[0].name`) for printer columns.
+fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for part in path.trim_start_matches('.').split('.').filter(|p| !p.is_empty()) {
+        let (key, idx) = match part.split_once('[') {
+            Some((k, rest)) => (k, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        if !key.is_empty() {
+            cur = cur.get(key)?;
+        }
+        if let Some(i) = idx {
+            cur = cur.get(i)?;
+        }
+    }
+    Some(cur)
+}
+
+/// A `meta.k8s.io/v1` Table (what `kubectl get` asks for): Name, then the CRD's
+/// `additionalPrinterColumns` if it has any, else Age.
+pub(crate) fn table(items: &[Value], list_meta: Value, columns: &[Value]) -> Value {
+    let name_col = json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0});
+    let mut defs = vec![name_col];
+    if columns.is_empty() {
+        defs.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0}));
+    } else {
+        for c in columns {
+            defs.push(json!({
+                "name": c.get("name").cloned().unwrap_or(json!("")),
+                "type": c.get("type").cloned().unwrap_or(json!("string")),
+                "format": c.get("format").cloned().unwrap_or(json!("")),
+                "description": c.get("description").cloned().unwrap_or(json!("")),
+                "priority": c.get("priority").cloned().unwrap_or(json!(0)),
+            }));
+        }
+    }
     let rows: Vec<Value> = items
         .iter()
         .map(|o| {
@@ -227,19 +267,24 @@ pub(crate) fn table(items: &[Value], list_meta: Value) -> Value {
             if let Some(m) = meta.as_object_mut() {
                 m.remove("managedFields");
             }
+            let mut cells = vec![json!(name_of(o))];
+            if columns.is_empty() {
+                cells.push(json!(age(meta_str(o, "creationTimestamp").unwrap_or(""))));
+            } else {
+                for c in columns {
+                    let path = c.get("jsonPath").and_then(Value::as_str).unwrap_or("");
+                    cells.push(json_path(o, path).cloned().unwrap_or(Value::Null));
+                }
+            }
             json!({
-                "cells": [name_of(o), age(meta_str(o, "creationTimestamp").unwrap_or(""))],
+                "cells": cells,
                 "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta},
             })
         })
         .collect();
     json!({
         "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0},
-        ],
-        "rows": rows,
+        "columnDefinitions": defs, "rows": rows,
     })
 }
 
@@ -338,6 +383,12 @@ fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
             }
             if obj.pointer("/status/phase").is_none() {
                 obj["status"] = json!({"phase": "Active"});
+            }
+            if !obj.get("spec").is_some_and(Value::is_object) {
+                obj["spec"] = json!({});
+            }
+            if obj.pointer("/spec/finalizers").is_none() {
+                obj["spec"]["finalizers"] = json!(["kubernetes"]);
             }
         }
         ("", "secrets") => {
@@ -611,7 +662,7 @@ fn after_remove_opts(st: &State, gr: &Gr, ns: &str, obj: &Value, orphan: bool) {
 fn maybe_finish_namespace(st: &State, ns: &str) {
     if let Some(nso) = st.store.get(&ns_gr(), "", ns) {
         if nso.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
-            && st.store.count_in_namespace(ns) == 0
+            && st.store.namespace_is_empty(ns)
         {
             let _ = st.store.remove(&ns_gr(), "", ns, 0);
         }

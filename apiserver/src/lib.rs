@@ -65,14 +65,21 @@ impl ApiServer {
     }
 }
 
-/// A running server. Dropping it does not stop it; call [`RunningApiServer::shutdown`].
+/// A running server. Dropping the handle stops it (without waiting);
+/// [`RunningApiServer::shutdown`] stops it and waits for the listener task.
 pub struct RunningApiServer {
     pub(crate) state: Arc<server::State>,
     pub(crate) addr: SocketAddr,
     pub(crate) ca_pem: String,
     pub(crate) ca_der: Vec<u8>,
     pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
-    pub(crate) task: tokio::task::JoinHandle<()>,
+    pub(crate) task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for RunningApiServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
 }
 
 impl RunningApiServer {
@@ -136,9 +143,11 @@ impl RunningApiServer {
         }
     }
     /// Stops accepting connections and ends open watches.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
-        let _ = self.task.await;
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
     }
 }
 

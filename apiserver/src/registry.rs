@@ -9,6 +9,8 @@ use std::sync::{Arc, RwLock};
 pub struct VersionDef {
     pub name: String,
     pub has_status: bool,
+    /// CRD `additionalPrinterColumns` (raw), used for `kubectl get` tables.
+    pub columns: Vec<Value>,
 }
 
 /// A resource type (version independent; objects are stored once per group+resource).
@@ -82,6 +84,7 @@ fn builtin(
         versions: vec![VersionDef {
             name: version.into(),
             has_status: status,
+            columns: vec![],
         }],
         crd: false,
     }
@@ -461,9 +464,15 @@ pub fn def_from_crd(crd: &Value) -> Result<ResourceDef, String> {
             continue;
         }
         let has_status = v.get("subresources").and_then(|s| s.get("status")).is_some();
+        let columns = v
+            .get("additionalPrinterColumns")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         versions.push(VersionDef {
             name: vname.into(),
             has_status,
+            columns,
         });
     }
     versions.sort_by_key(|v| std::cmp::Reverse(version_priority(&v.name)));

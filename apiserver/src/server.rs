@@ -97,7 +97,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         ca_pem: certs.ca_pem,
         ca_der: certs.ca_der,
         shutdown: sd_tx,
-        task,
+        task: Some(task),
     })
 }
 
@@ -376,9 +376,10 @@ pub fn spawn_deployment_controller(client: kube::Client) -> tokio::task::JoinHan
     tokio::spawn(async move {
         use futures::StreamExt;
         use k8s_openapi::api::apps::v1::Deployment;
-        use kube::runtime::watcher;
+        use kube::runtime::{watcher, WatchStreamExt};
         let api: kube::Api<Deployment> = kube::Api::all(client.clone());
-        let mut s = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+        // backoff: after the server shuts down the loop must not spin
+        let mut s = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
         while let Some(ev) = s.next().await {
             let objs = match ev {
                 Ok(watcher::Event::Apply(d)) | Ok(watcher::Event::InitApply(d)) => vec![d],

@@ -42,6 +42,8 @@ pub struct Event {
 struct Inner {
     rv: u64,
     data: HashMap<Gr, BTreeMap<ObjKey, Arc<Value>>>,
+    /// owner uid -> dependents (ownerReferences index for garbage collection)
+    owners: HashMap<String, std::collections::HashSet<(Gr, ObjKey)>>,
     history: VecDeque<Arc<Event>>,
     cap: usize,
 }
@@ -69,6 +71,7 @@ impl Store {
             inner: Mutex::new(Inner {
                 rv: 1,
                 data: HashMap::new(),
+                owners: HashMap::new(),
                 history: VecDeque::new(),
                 cap: history.max(1),
             }),
@@ -117,17 +120,14 @@ impl Store {
         (items, g.rv)
     }
 
-    /// Number of objects in a namespace across all resources.
-    pub fn count_in_namespace(&self, ns: &str) -> usize {
+    /// Whether no object of any resource lives in a namespace.
+    pub fn namespace_is_empty(&self, ns: &str) -> bool {
         let g = self.lock();
-        g.data
-            .values()
-            .map(|m| {
-                m.range((ns.to_string(), String::new())..)
-                    .take_while(|((n, _), _)| n == ns)
-                    .count()
-            })
-            .sum()
+        g.data.values().all(|m| {
+            m.range((ns.to_string(), String::new())..)
+                .next()
+                .is_none_or(|((n, _), _)| n != ns)
+        })
     }
 
     /// All resource keys that have objects in a namespace.
@@ -147,29 +147,39 @@ impl Store {
     /// Objects whose `metadata.ownerReferences` name `owner_uid` (in `ns`, or anywhere if None).
     pub fn dependents(&self, owner_uid: &str, ns: Option<&str>) -> Vec<(Gr, Arc<Value>)> {
         let g = self.lock();
-        let mut out = vec![];
-        for (gr, m) in &g.data {
-            let items: Box<dyn Iterator<Item = (&ObjKey, &Arc<Value>)>> = match ns {
-                Some(ns) => Box::new(
-                    m.range((ns.to_string(), String::new())..)
-                        .take_while(move |((n, _), _)| n == ns),
-                ),
-                None => Box::new(m.iter()),
-            };
-            for (_, o) in items {
-                let owned = o
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .is_some_and(|refs| {
-                        refs.iter()
-                            .any(|r| r.get("uid").and_then(Value::as_str) == Some(owner_uid))
-                    });
-                if owned {
-                    out.push((gr.clone(), o.clone()));
+        let Some(deps) = g.owners.get(owner_uid) else {
+            return vec![];
+        };
+        deps.iter()
+            .filter(|(_, (dns, _))| ns.is_none_or(|n| n == dns))
+            .filter_map(|(gr, key)| Some((gr.clone(), g.data.get(gr)?.get(key)?.clone())))
+            .collect()
+    }
+
+    fn owner_uids(obj: &Value) -> Vec<String> {
+        obj.pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .map(|refs| {
+                refs.iter()
+                    .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Keeps the ownerReferences index in sync with a write.
+    fn index(g: &mut Inner, gr: &Gr, key: &ObjKey, old: Option<&Value>, new: Option<&Value>) {
+        for uid in old.map(Self::owner_uids).unwrap_or_default() {
+            if let Some(set) = g.owners.get_mut(&uid) {
+                set.remove(&(gr.clone(), key.clone()));
+                if set.is_empty() {
+                    g.owners.remove(&uid);
                 }
             }
         }
-        out
+        for uid in new.map(Self::owner_uids).unwrap_or_default() {
+            g.owners.entry(uid).or_default().insert((gr.clone(), key.clone()));
+        }
     }
 
     fn push(g: &mut Inner, ev: Event) -> Arc<Event> {
@@ -201,6 +211,7 @@ impl Store {
             rv = g.rv;
             Self::stamp(&mut obj, rv);
             out = Arc::new(obj);
+            Self::index(&mut g, gr, &key, None, Some(&out));
             g.data.entry(gr.clone()).or_default().insert(key, out.clone());
             Self::push(
                 &mut g,
@@ -233,6 +244,7 @@ impl Store {
             rv = g.rv;
             Self::stamp(&mut obj, rv);
             out = Arc::new(obj);
+            Self::index(&mut g, gr, &key, Some(&prev), Some(&out));
             g.data.entry(gr.clone()).or_default().insert(key, out.clone());
             Self::push(
                 &mut g,
@@ -267,6 +279,7 @@ impl Store {
             let Some(old) = m.remove(&key) else {
                 return Cas::Stale;
             };
+            Self::index(&mut g, gr, &key, Some(&old), None);
             g.rv += 1;
             rv = g.rv;
             let mut obj = (*old).clone();

@@ -58,7 +58,13 @@ impl W {
         let o = if typ == "ERROR" || typ == "BOOKMARK" {
             obj.clone()
         } else if self.table {
-            let mut t = table(&[present(&self.t, obj)], json!({}));
+            let cols = self
+                .t
+                .def
+                .version(&self.t.version)
+                .map(|v| v.columns.clone())
+                .unwrap_or_default();
+            let mut t = table(&[present(&self.t, obj)], json!({}), &cols);
             t["metadata"] = json!({"resourceVersion": crate::util::rv_of(obj).to_string()});
             t
         } else {

@@ -7,6 +7,7 @@ use kube::runtime::controller::Action;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -30,6 +31,7 @@ pub struct ReconcileMetrics {
     time: Family<ControllerLabel, Histogram>,
     total: Family<ResultLabels, Counter>,
     certs_regenerations: Counter,
+    custom_config_applied: Gauge,
 }
 
 impl ReconcileMetrics {
@@ -64,16 +66,28 @@ impl ReconcileMetrics {
             "Regenerations of the operand's webhook certificates",
             certs_regenerations.clone(),
         );
+        let custom_config_applied = Gauge::default();
+        registry.register(
+            "btpmanager_custom_config_applied",
+            "1 while the runtime config ConfigMap exists and is applied",
+            custom_config_applied.clone(),
+        );
         Self {
             time,
             total,
             certs_regenerations,
+            custom_config_applied,
         }
     }
 
     /// One regeneration of the operand's certificates.
     pub fn cert_regenerated(&self) {
         self.certs_regenerations.inc();
+    }
+
+    /// The runtime ConfigMap is (not) applied.
+    pub fn custom_config_applied(&self, applied: bool) {
+        self.custom_config_applied.set(i64::from(applied));
     }
 
     /// Regenerations so far.

@@ -521,10 +521,63 @@ fn the_cr() -> ObjectRef<BtpOperator> {
     ObjectRef::new(names::BTP_OPERATOR_NAME).within(names::KYMA_SYSTEM)
 }
 
+/// Follow the runtime ConfigMap: on every change, `base` (defaults + flags) with the ConfigMap's keys on
+/// top becomes the configuration; when it is deleted, `base` again (product.md: deleting reverts to the
+/// defaults). Each change triggers a reconcile.
+async fn follow_config(
+    ctx: Arc<Context>,
+    base: Config,
+    trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
+) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::Event as W;
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &base.chart_namespace);
+    let mut events = watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={}", base.config_name)),
+    )
+    .boxed();
+    while let Some(event) = events.next().await {
+        let data = match event {
+            Ok(W::Apply(cm)) | Ok(W::InitApply(cm)) => Some(cm.data.unwrap_or_default()),
+            Ok(W::Delete(_)) => None,
+            Ok(W::Init) | Ok(W::InitDone) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "config ConfigMap watch");
+                continue;
+            }
+        };
+        let mut next = base.clone();
+        if let Some(data) = &data {
+            for problem in next.apply_configmap(data) {
+                tracing::warn!(key = %problem.key, reason = %problem.reason, "config ConfigMap value not applied");
+            }
+        }
+        ctx.metrics.custom_config_applied(data.is_some());
+        if next.resources_path != ctx.config().resources_path {
+            match resources::load(&next.resources_path) {
+                Ok(module) => match ctx.resources.write() {
+                    Ok(mut r) => *r = Arc::new(module),
+                    Err(p) => *p.into_inner() = Arc::new(module),
+                },
+                Err(e) => tracing::warn!(error = %e, "module resources from the new ResourcesPath not loaded"),
+            }
+        }
+        match ctx.config.write() {
+            Ok(mut c) => *c = next,
+            Err(p) => *p.into_inner() = next,
+        }
+        tracing::info!(applied = data.is_some(), "configuration updated");
+        let _ = trigger.unbounded_send(the_cr());
+    }
+}
+
 /// Run the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     let config = ctx.config();
     let client = ctx.client.clone();
+    let (trigger, triggered) = futures::channel::mpsc::unbounded();
+    let config_task = tokio::spawn(follow_config(ctx.clone(), config.clone(), trigger));
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
     Controller::new(Api::<BtpOperator>::all(client.clone()), watcher::Config::default())
         .watches(
@@ -558,6 +611,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             by_name(btp_certs::operand::VALIDATING_WEBHOOK_CONFIGURATION),
             |_| Some(the_cr()),
         )
+        .reconcile_on(triggered)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -566,4 +620,5 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             }
         })
         .await;
+    config_task.abort();
 }

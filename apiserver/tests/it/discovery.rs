@@ -1,4 +1,5 @@
 use crate::common::*;
+use axum::http;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::{ApiResource, Discovery};
@@ -189,4 +190,110 @@ async fn crd_lifecycle() {
     assert_eq!(code, 404);
     crds.create(&PostParams::default(), &widget_crd(true)).await.unwrap();
     assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty());
+}
+
+#[tokio::test]
+async fn multi_version_crd() {
+    let srv = start().await;
+    let client = srv.client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = widget_crd(false);
+    let mut beta = crd.spec.versions[0].clone();
+    beta.name = "v1beta1".into();
+    beta.storage = false;
+    crd.spec.versions.push(beta);
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let (code, _, body) = raw(&srv, "GET", "/apis/example.com", None, "", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(body["preferredVersion"]["version"], "v1");
+    assert_eq!(body["versions"].as_array().unwrap().len(), 2);
+    let (code, _, body) = raw(
+        &srv,
+        "POST",
+        "/apis/example.com/v1beta1/namespaces/default/widgets",
+        Some("application/json"),
+        r#"{"apiVersion":"example.com/v1beta1","kind":"Widget","metadata":{"name":"b"}}"#,
+        None,
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &widget_ar());
+    let w = api.get("b").await.unwrap();
+    assert_eq!(w.types.unwrap().api_version, "example.com/v1");
+    // stop serving v1beta1
+    let mut c = crds.get("widgets.example.com").await.unwrap();
+    c.spec.versions[1].served = false;
+    crds.replace("widgets.example.com", &PostParams::default(), &c)
+        .await
+        .unwrap();
+    let (code, _, _) = raw(
+        &srv,
+        "GET",
+        "/apis/example.com/v1beta1/namespaces/default/widgets",
+        None,
+        "",
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert!(api.get("b").await.is_ok());
+}
+
+#[tokio::test]
+async fn tables_with_printer_columns() {
+    let srv = start().await;
+    let client = srv.client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = widget_crd(true);
+    crd.spec.versions[0].additional_printer_columns = Some(vec![
+        serde_json::from_value(json!({"name": "State", "type": "string", "jsonPath": ".status.state"})).unwrap(),
+        serde_json::from_value(json!({"name": "Size", "type": "integer", "jsonPath": ".spec.size"})).unwrap(),
+    ]);
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &widget_ar());
+    let w: DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "t"}, "spec": {"size": 3}}),
+    )
+    .unwrap();
+    api.create(&PostParams::default(), &w).await.unwrap();
+    api.patch_status(
+        "t",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"state": "Ready"}})),
+    )
+    .await
+    .unwrap();
+    let get_table = |path: &'static str| {
+        let client = client.clone();
+        async move {
+            let req = http::Request::get(path)
+                .header(
+                    "accept",
+                    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+                )
+                .body(Vec::new())
+                .unwrap();
+            client.request::<serde_json::Value>(req).await.unwrap()
+        }
+    };
+    let t = get_table("/apis/example.com/v1/namespaces/default/widgets").await;
+    assert_eq!(t["kind"], "Table");
+    let cols: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cols, ["Name", "State", "Size"]);
+    assert_eq!(t["rows"][0]["cells"], json!(["t", "Ready", 3]));
+    assert_eq!(t["rows"][0]["object"]["metadata"]["name"], "t");
+    let t = get_table("/api/v1/namespaces").await;
+    let cols: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cols, ["Name", "Age"]);
+    assert_eq!(t["rows"].as_array().unwrap().len(), 3);
 }

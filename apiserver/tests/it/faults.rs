@@ -91,3 +91,18 @@ async fn deployment_controller_loop() {
     task.abort();
     assert!(ok, "deployment marked available");
 }
+
+#[tokio::test]
+async fn dropping_the_handle_stops_the_server() {
+    let srv = start().await;
+    let addr = srv.addr();
+    tokio::net::TcpStream::connect(addr).await.unwrap();
+    drop(srv);
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            tokio::net::TcpStream::connect(addr).await.is_err()
+        })
+        .await,
+        "listener closed"
+    );
+}

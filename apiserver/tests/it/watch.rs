@@ -200,8 +200,6 @@ async fn watches_do_not_leak() {
     next(&mut w).await;
     assert_eq!(srv.active_watches(), 1);
     drop(w);
-    // the next write makes the server notice the closed connection at the latest
-    api.create(&PostParams::default(), &cm("b")).await.unwrap();
     assert!(
         wait_until(Duration::from_secs(5), || async { srv.active_watches() == 0 }).await,
         "watch stream dropped"
@@ -303,4 +301,54 @@ async fn raw_watch_protocol() {
     )
     .await;
     assert_eq!((code, body.as_str()), (200, Some("")));
+}
+
+#[tokio::test]
+async fn runtime_controller_reconciles() {
+    use kube::runtime::controller::{Action, Controller};
+    use std::sync::Arc;
+    let srv = start().await;
+    let client = srv.client().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    async fn reconcile(cm: Arc<ConfigMap>, api: Arc<Api<ConfigMap>>) -> Result<Action, kube::Error> {
+        if cm.metadata.annotations.as_ref().and_then(|a| a.get("seen")).is_none() {
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            let p = json!({"metadata": {"annotations": {"seen": "yes"}}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&p)).await?;
+        }
+        Ok(Action::await_change())
+    }
+    let ctl = Controller::new(api.clone(), kube::runtime::watcher::Config::default())
+        .run(
+            reconcile,
+            |_, _, _| Action::requeue(Duration::from_secs(1)),
+            Arc::new(api.clone()),
+        )
+        .for_each(|_| async {});
+    let task = tokio::spawn(ctl);
+    api.create(&PostParams::default(), &cm("reconcile-me")).await.unwrap();
+    let ok = wait_until(Duration::from_secs(10), || async {
+        api.get("reconcile-me")
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .is_some_and(|a| a.contains_key("seen"))
+    })
+    .await;
+    task.abort();
+    assert!(ok, "controller reconciled the object");
+}
+
+#[tokio::test]
+async fn kubeconfig_yaml_is_usable() {
+    let srv = start().await;
+    let kc = kube::config::Kubeconfig::from_yaml(&srv.kubeconfig_yaml()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(cfg.default_namespace, "default");
+    let client = kube::Client::try_from(cfg).unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    api.create(&PostParams::default(), &cm("via-kubeconfig")).await.unwrap();
 }

@@ -1,0 +1,199 @@
+//! `btp-manager local`: the whole manager against the embedded API server, no cluster needed.
+//!
+//! Starts the embedded API server, writes a kubeconfig for `kubectl`, installs the CRD and the manager's
+//! webhook configurations (pointing at the in-process webhook server on loopback), runs the reconciler,
+//! creates `kyma-system`, an example credentials Secret (dummy values) and the `BtpOperator`, plays the
+//! operand's Deployment controller, and prints every state change of the CR.
+
+use crate::app::{self, stopped};
+use crate::cli::LocalArgs;
+use crate::webhook_certs::WebhookCerts;
+use anyhow::Context as _;
+use btp_api::{names, BtpOperator};
+use btp_webhooks::manifests::{Endpoint, WebhookManifests};
+use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::watch;
+
+fn say(started: Instant, line: impl std::fmt::Display) {
+    println!("[{:>7.3}s] {line}", started.elapsed().as_secs_f64());
+}
+
+/// Run `local`. Returns an error (non-zero exit) when `--once` does not reach Ready.
+pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let server = btp_apiserver::ApiServer::start(btp_apiserver::Config::default())
+        .await
+        .context("starting the embedded API server")?;
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("btp-manager-local.kubeconfig"));
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml())
+        .with_context(|| format!("writing the kubeconfig to {}", kubeconfig.display()))?;
+    say(started, format_args!("embedded API server at {}", server.url()));
+    say(
+        started,
+        format_args!("kubeconfig: {}   (export KUBECONFIG={0})", kubeconfig.display()),
+    );
+    let client = server.client().await;
+
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .context("creating kyma-system")?;
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &BtpOperator::crd()?)
+        .await
+        .context("installing the BtpOperator CRD")?;
+    say(started, "installed the BtpOperator CRD in namespace kyma-system");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Webhooks on an ephemeral loopback port, registered by URL with a certificate for 127.0.0.1.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the webhook server")?;
+    let addr = listener.local_addr()?;
+    let manifests = WebhookManifests {
+        endpoint: Endpoint::Url(format!("https://{addr}")),
+        ..WebhookManifests::in_cluster(names::KYMA_SYSTEM)
+    };
+    let policy = btp_certs::rotation::Policy::new(vec!["localhost".into()], vec![addr.ip()]);
+    let certs = WebhookCerts::new(
+        client.clone(),
+        names::KYMA_SYSTEM,
+        names::webhook::CERT_SECRET_NAME,
+        policy,
+        manifests,
+    );
+    let cert = app::managed_webhook_certificate(certs, stop_rx.clone()).await?;
+    let state = WebhookState::new(
+        RulesConfig::default(),
+        Arc::new(KubeServiceCounter::new(client.clone())),
+    );
+    tokio::spawn(btp_webhooks::server::serve(
+        listener,
+        btp_webhooks::tls::server_config(cert)?,
+        btp_webhooks::router(state),
+        stopped(stop_rx.clone()),
+    ));
+    say(
+        started,
+        format_args!("admission webhooks serving on https://{addr} (self-managed CA, caBundle registered)"),
+    );
+
+    let mut run_args = args.run.clone();
+    run_args.leader_elect = false;
+    if run_args.operand_image.as_deref().is_none_or(str::is_empty) {
+        run_args.operand_image = Some(
+            "europe-docker.pkg.dev/kyma-project/prod/external/ghcr.io/sap/sap-btp-service-operator/controller:v0.11.10"
+                .into(),
+        );
+    }
+    let mut registry = Registry::default();
+    app::start_reconciler(&run_args, client.clone(), &mut registry, stop_rx.clone()).await?;
+    btp_apiserver::spawn_deployment_controller(client.clone());
+    say(
+        started,
+        "reconciler running; playing the operand's Deployment controller",
+    );
+
+    // The webhooks at work: a misnamed CR is refused.
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    match crs
+        .create(&PostParams::default(), &BtpOperator::new("btpoperator-test"))
+        .await
+    {
+        Err(e) => say(
+            started,
+            format_args!("refused as expected: kyma-system/btpoperator-test: {e}"),
+        ),
+        Ok(_) => say(started, "WARNING: a misnamed BtpOperator was accepted"),
+    }
+
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+        "stringData": {"clientid": "dummy-client-id", "clientsecret": "dummy-client-secret",
+                       "sm_url": "https://service-manager.example.com", "tokenurl": "https://auth.example.com",
+                       "cluster_id": "local-cluster"}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .create(&PostParams::default(), &secret)
+        .await
+        .context("creating the example credentials Secret")?;
+    say(
+        started,
+        "created Secret kyma-system/sap-btp-manager (dummy credentials)",
+    );
+    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
+        .await
+        .context("creating kyma-system/btpoperator")?;
+    say(started, "created BtpOperator kyma-system/btpoperator");
+
+    let outcome = follow(started, crs, &args, &stop_rx).await;
+    let _ = stop_tx.send(true);
+    // Dropping the handle stops the server; waiting for it would wait on clients' open watches.
+    drop(server);
+    outcome
+}
+
+/// Print every state change of the CR; with `--once` return when it is Ready (or fails).
+async fn follow(
+    started: Instant,
+    crs: Api<BtpOperator>,
+    args: &LocalArgs,
+    stop: &watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", names::BTP_OPERATOR_NAME));
+    let mut events = watcher(crs, config).boxed();
+    let mut last: Option<(String, String)> = None;
+    let deadline = tokio::time::sleep(args.timeout);
+    tokio::pin!(deadline);
+    let mut ctrl_c = std::pin::pin!(app::wait_for_signal());
+    let mut stop = stop.clone();
+    loop {
+        let event = tokio::select! {
+            e = events.next() => e,
+            () = &mut deadline, if args.once => {
+                let (state, reason) = last.unwrap_or_default();
+                anyhow::bail!("not Ready within {:?}; last state {state:?} ({reason})", args.timeout);
+            }
+            () = &mut ctrl_c => return Ok(()),
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        };
+        let Some(Ok(watcher::Event::Apply(cr) | watcher::Event::InitApply(cr))) = event else {
+            continue;
+        };
+        let Some(status) = cr.status else { continue };
+        let condition = status.conditions.iter().find(|c| c.type_ == "Ready");
+        let now = (
+            status.state.as_str().to_string(),
+            condition.map(|c| c.reason.clone()).unwrap_or_default(),
+        );
+        if last.as_ref() == Some(&now) {
+            continue;
+        }
+        let message = condition.map(|c| c.message.as_str()).unwrap_or("");
+        say(
+            started,
+            format_args!("BtpOperator kyma-system/btpoperator: {} / {} — {message}", now.0, now.1),
+        );
+        last = Some(now.clone());
+        if args.once {
+            match now.0.as_str() {
+                "Ready" => return Ok(()),
+                "Error" => anyhow::bail!("BtpOperator failed: {} — {message}", now.1),
+                _ => {}
+            }
+        }
+    }
+}

@@ -16,7 +16,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt as _};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Instant;
@@ -154,7 +154,7 @@ async fn follow(
     stop: &watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let config = watcher::Config::default().fields(&format!("metadata.name={}", names::BTP_OPERATOR_NAME));
-    let mut events = watcher(crs, config).boxed();
+    let mut events = watcher(crs, config).default_backoff().boxed();
     let mut last: Option<(String, String)> = None;
     let deadline = tokio::time::sleep(args.timeout);
     tokio::pin!(deadline);

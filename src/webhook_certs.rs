@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt as _};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -172,7 +172,8 @@ impl WebhookCerts {
     /// renewal is due; retry failures with backoff.
     pub async fn run(self, cert: Arc<SwappableCert>, shutdown: impl std::future::Future<Output = ()>) {
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.secret_name));
-        let mut changes = watcher(self.secrets.clone(), config).boxed();
+        // With backoff: a lost API server must not turn this into a busy loop.
+        let mut changes = watcher(self.secrets.clone(), config).default_backoff().boxed();
         let mut failures = 0u32;
         tokio::pin!(shutdown);
         loop {

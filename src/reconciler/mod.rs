@@ -21,7 +21,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Resource as _, ResourceExt as _};
 use resources::ModuleResources;
 use serde_json::{json, Value};
@@ -191,7 +191,7 @@ impl StatusWriter<'_> {
             if let Err(e) = self.ctx.recorder.publish(&event, &self.cr.object_ref(&())).await {
                 tracing::warn!(error = %e, "publishing an Event");
             }
-            tracing::info!(state = next.state.as_str(), reason = %outcome.reason, message = %outcome.message, "BtpOperator state changed");
+            tracing::info!(state = next.state.as_str(), reason = %outcome.reason, detail = %outcome.message, "BtpOperator state changed");
         }
         self.current = Some(next);
         Ok(())
@@ -536,6 +536,8 @@ async fn follow_config(
         api,
         watcher::Config::default().fields(&format!("metadata.name={}", base.config_name)),
     )
+    // With backoff: a lost API server must not turn this into a busy loop.
+    .default_backoff()
     .boxed();
     while let Some(event) = events.next().await {
         let data = match event {

@@ -127,19 +127,13 @@ pub fn router(state: WebhookState) -> Router {
     Router::new()
         .route(
             names::webhook::VALIDATE_PATH,
-            any(
-                |State(s): State<WebhookState>, method: Method, headers: HeaderMap, body: Body| {
-                    handle(s, Webhook::Validate, method, headers, body)
-                },
-            ),
+            // The whole request by value: the method/headers extractors would clone the header map.
+            any(|State(s): State<WebhookState>, req: axum::extract::Request| handle(s, Webhook::Validate, req)),
         )
         .route(
             names::webhook::MUTATE_PATH,
-            any(
-                |State(s): State<WebhookState>, method: Method, headers: HeaderMap, body: Body| {
-                    handle(s, Webhook::Mutate, method, headers, body)
-                },
-            ),
+            // The whole request by value: the method/headers extractors would clone the header map.
+            any(|State(s): State<WebhookState>, req: axum::extract::Request| handle(s, Webhook::Mutate, req)),
         )
         .route("/healthz", get(|| async { "ok" }))
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such endpoint: use /validate or /mutate") })
@@ -196,9 +190,10 @@ async fn read_body(method: &Method, headers: &HeaderMap, body: Body) -> Result<B
     })
 }
 
-async fn handle(state: WebhookState, webhook: Webhook, method: Method, headers: HeaderMap, body: Body) -> Response {
+async fn handle(state: WebhookState, webhook: Webhook, req: axum::extract::Request) -> Response {
     let started = Instant::now();
-    let (response, verdict) = match read_body(&method, &headers, body).await {
+    let (parts, body) = req.into_parts();
+    let (response, verdict) = match read_body(&parts.method, &parts.headers, body).await {
         Err(error) => reject(webhook, Rejected { error, uid: None }),
         Ok(bytes) => match review::decode(&bytes) {
             Err(rejected) => reject(webhook, rejected),

@@ -95,6 +95,21 @@ impl ReconcileMetrics {
         self.certs_regenerations.get()
     }
 
+    /// Reconciles finished so far (any result).
+    pub fn reconciles(&self) -> u64 {
+        ["success", "error", "requeue", "requeue_after"]
+            .into_iter()
+            .map(|result| {
+                self.total
+                    .get_or_create(&ResultLabels {
+                        controller: CONTROLLER,
+                        result,
+                    })
+                    .get()
+            })
+            .sum()
+    }
+
     /// Record one reconcile.
     pub fn observe(&self, result: &Result<Action, ReconcileError>, elapsed: Duration) {
         self.time

@@ -6,7 +6,9 @@
 //! submodules ([`credentials`], [`resources`], [`status`]); this module only reads and writes the API.
 
 pub mod credentials;
+pub mod drift;
 pub mod metrics;
+pub mod network_policies;
 pub mod resources;
 pub mod status;
 
@@ -211,6 +213,20 @@ pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action
 }
 
 async fn reconcile_inner(cr: &BtpOperator, ctx: &Context) -> Result<Action, ReconcileError> {
+    let action = reconcile_pass(cr, ctx).await?;
+    // `operation: reconcile` asked for this pass; removing the annotation when the pass is over tells
+    // whoever set it that it has run.
+    if cr.annotations().get(names::OPERATION_ANNOTATION).map(String::as_str) == Some("reconcile") {
+        let crs: Api<BtpOperator> = Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+        let patch = json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}});
+        crs.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api_err("removing the operation annotation"))?;
+    }
+    Ok(action)
+}
+
+async fn reconcile_pass(cr: &BtpOperator, ctx: &Context) -> Result<Action, ReconcileError> {
     let config = ctx.config();
     let annotations = cr.annotations();
     if annotations.get(names::OPERATION_ANNOTATION).map(String::as_str) == Some("ignore") {
@@ -241,12 +257,6 @@ async fn reconcile_inner(cr: &BtpOperator, ctx: &Context) -> Result<Action, Reco
             .set(Outcome::new(Reason::HardDeleting, "BtpOperator is to be deleted"))
             .await?;
         return Ok(Action::await_change());
-    }
-    if annotations.get(names::OPERATION_ANNOTATION).map(String::as_str) == Some("reconcile") {
-        let patch = json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}});
-        crs.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(api_err("removing the operation annotation"))?;
     }
     if !cr.finalizers().iter().any(|f| f == names::FINALIZER) {
         let mut finalizers = cr.finalizers().to_vec();
@@ -419,7 +429,8 @@ async fn apply_module(
         image: &ctx.image,
         rbac_proxy_image: ctx.rbac_proxy_image.as_deref(),
         ca_bundle: certs.ca_bundle.as_deref(),
-        extra: &certs.secrets,
+        extra: &[],
+        unversioned: &certs.secrets,
     };
     let objects = resources::prepare(module, &inputs).map_err(|e| e.to_string())?;
     let params = PatchParams::apply(names::FIELD_MANAGER).force();
@@ -484,6 +495,8 @@ async fn operand_certificates(ctx: &Context, config: &Config) -> Result<OperandC
             .map_err(|e| format!("certificate generation task: {e}"))?
             .map_err(|e| format!("generating the operand's webhook certificates: {e}"))?
     };
+    // Only regenerated Secrets are written: re-writing unchanged ones with what this pass read could
+    // overwrite a concurrent edit or resurrect a deleted Secret with stale content.
     let mut out = OperandCertificates {
         secrets: Vec::new(),
         ca_bundle: None,
@@ -497,6 +510,8 @@ async fn operand_certificates(ctx: &Context, config: &Config) -> Result<OperandC
             operand::WEBHOOK_SECRET,
             operand::to_webhook_secret_data(&certs.webhook),
         ));
+    }
+    if regenerated.is_some() {
         ctx.metrics.cert_regenerated();
         let what = if matches!(decision, operand::Decision::Full(_)) {
             "CA and webhook certificate"

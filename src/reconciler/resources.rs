@@ -138,8 +138,11 @@ pub struct Inputs<'a> {
     pub rbac_proxy_image: Option<&'a str>,
     /// PEM to inject into every operand webhook `caBundle` (None leaves the manifests' value).
     pub ca_bundle: Option<&'a [u8]>,
-    /// Extra objects to apply after the manifests (network policies, certificate Secrets).
+    /// Extra objects to apply after the manifests with the same labels (network policies).
     pub extra: &'a [Value],
+    /// Objects we create that are not part of the chart (the operand's certificate Secrets): labelled
+    /// managed-by and module, but without `chart-version`.
+    pub unversioned: &'a [Value],
 }
 
 /// Preparation failed: the manifests do not have what the manager needs.
@@ -197,9 +200,11 @@ pub fn prepare(resources: &ModuleResources, inputs: &Inputs<'_>) -> Result<Vec<V
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut objects = Vec::new();
     let mut webhooks = Vec::new();
-    for original in resources.apply.iter().chain(inputs.extra) {
+    let unversioned_labels = [labels[0], labels[2]];
+    let all = resources.apply.iter().chain(inputs.extra).map(|o| (o, &labels[..]));
+    for (original, labels) in all.chain(inputs.unversioned.iter().map(|o| (o, &unversioned_labels[..]))) {
         let mut obj = original.clone();
-        set_labels(&mut obj, &labels);
+        set_labels(&mut obj, labels);
         let kind = obj["kind"].as_str().unwrap_or_default().to_string();
         if let Some(meta) = obj["metadata"].as_object_mut() {
             meta.remove("creationTimestamp");

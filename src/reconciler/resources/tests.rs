@@ -49,6 +49,7 @@ fn inputs<'a>(c: &'a Credentials, bundle: Option<&'a [u8]>) -> Inputs<'a> {
         rbac_proxy_image: Some("registry/proxy:v2"),
         ca_bundle: bundle,
         extra: &[],
+        unversioned: &[],
     }
 }
 
@@ -177,4 +178,24 @@ fn loading_reads_yaml_files_in_order_and_rejects_garbage() {
     std::fs::write(dir.join("delete/x.yaml"), "{ not: yaml: at all").unwrap();
     assert!(load(&dir).is_err());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unversioned_objects_get_the_managed_labels_without_chart_version() {
+    let c = credentials(None);
+    let cert = [json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ca-server-cert"}, "data": {}})];
+    let objs = prepare(
+        &manifests(),
+        &Inputs {
+            unversioned: &cert,
+            ..inputs(&c, None)
+        },
+    )
+    .unwrap();
+    let secret = objs.iter().find(|o| o["metadata"]["name"] == "ca-server-cert").unwrap();
+    let labels = &secret["metadata"]["labels"];
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "btp-manager");
+    assert_eq!(labels["kyma-project.io/module"], "btp-operator");
+    assert!(labels.get("chart-version").is_none());
+    assert_eq!(secret["metadata"]["namespace"], "btp-ns");
 }

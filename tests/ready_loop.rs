@@ -1,0 +1,274 @@
+//! The Ready loop against the embedded API server: what the manager owns is restored, what others add
+//! survives, configuration changes propagate, chart upgrades relabel and clean up, `ignore` is honoured,
+//! and a steady-state reconcile writes nothing.
+
+mod common;
+
+use btp_api::{names, State};
+use btp_manager::config::Config;
+use btp_manager::reconciler::resources::ModuleResources;
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use std::sync::Arc;
+use std::time::Duration;
+
+const NS: &str = names::KYMA_SYSTEM;
+const DEPLOYMENT: &str = "sap-btp-operator-controller-manager";
+
+async fn ready_env(config: Config) -> Env {
+    let env = Env::start(config, true).await;
+    env.create_secret(credentials(), true).await;
+    env.create_cr(NS, names::BTP_OPERATOR_NAME).await;
+    env.wait_for(
+        NS,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+    env
+}
+
+async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Force a reconcile and wait until it ran (the manager removes the annotation).
+async fn reconcile_now(env: &Env) {
+    let crs = env.crs(NS);
+    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
+    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "the reconcile annotation is consumed", || {
+        let crs = crs.clone();
+        async move {
+            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
+            !cr.metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key(names::OPERATION_ANNOTATION)
+        }
+    })
+    .await;
+}
+
+fn manager_image(d: &Deployment) -> Option<String> {
+    d.spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "manager")?
+        .image
+        .clone()
+}
+
+#[tokio::test]
+async fn an_image_changed_by_hand_is_restored() {
+    let env = ready_env(Config::default()).await;
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NS);
+    let patch =
+        serde_json::json!({"spec": {"template": {"spec": {"containers": [{"name": "manager", "image": "bogus:1"}]}}}});
+    deployments
+        .patch(DEPLOYMENT, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "the operand image restored", || async {
+        manager_image(&deployments.get(DEPLOYMENT).await.unwrap()).as_deref() == Some(IMAGE)
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn fields_we_own_are_restored_and_fields_others_add_survive() {
+    let env = ready_env(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    let patch = serde_json::json!({"metadata": {"labels": {"team": "platform"}}, "data": {"CLUSTER_ID": "hacked"}});
+    cms.patch(
+        "sap-btp-operator-config",
+        &PatchParams::apply("platform-team").force(),
+        &Patch::Apply(&serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "sap-btp-operator-config", "namespace": NS, "labels": patch["metadata"]["labels"]},
+            "data": patch["data"]
+        })),
+    )
+    .await
+    .unwrap();
+    reconcile_now(&env).await;
+    let cm = cms.get("sap-btp-operator-config").await.unwrap();
+    assert_eq!(cm.data.unwrap()["CLUSTER_ID"], "cluster-1", "our field restored");
+    assert_eq!(
+        cm.metadata.labels.unwrap()["team"],
+        "platform",
+        "a foreign field survives"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn the_runtime_configmap_changes_the_operand_and_deleting_it_reverts() {
+    let env = ready_env(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    let config: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": NS, "labels": {"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}},
+        "data": {"EnableLimitedCache": "false"}
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &config).await.unwrap();
+    let limited =
+        || async { cms.get("sap-btp-operator-config").await.unwrap().data.unwrap()["ENABLE_LIMITED_CACHE"].clone() };
+    eventually(Duration::from_secs(5), "ENABLE_LIMITED_CACHE=false", || async {
+        limited().await == "false"
+    })
+    .await;
+    cms.delete("sap-btp-manager", &DeleteParams::default()).await.unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "ENABLE_LIMITED_CACHE back to the default",
+        || async { limited().await == "true" },
+    )
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_chart_upgrade_relabels_everything_and_removes_what_moved_to_delete() {
+    let env = ready_env(Config::default()).await;
+    let old = env.ctx.resources.read().unwrap().clone();
+    // The new chart renames the metrics Service; the old one is listed in delete/.
+    let mut new = ModuleResources {
+        chart_version: "v9.9.9".into(),
+        ..(*old).clone()
+    };
+    let renamed = "sap-btp-operator-controller-manager-metrics-service";
+    for obj in &mut new.apply {
+        if obj["kind"] == "Service" && obj["metadata"]["name"] == renamed {
+            obj["metadata"]["name"] = serde_json::json!(format!("{renamed}-v2"));
+        }
+    }
+    new.delete = old
+        .apply
+        .iter()
+        .filter(|o| o["kind"] == "Service" && o["metadata"]["name"] == renamed)
+        .cloned()
+        .collect();
+    assert_eq!(new.delete.len(), 1);
+    *env.ctx.resources.write().unwrap() = Arc::new(new.clone());
+    reconcile_now(&env).await;
+
+    let services: Api<Service> = Api::namespaced(env.client.clone(), NS);
+    assert!(
+        services.get_opt(renamed).await.unwrap().is_none(),
+        "the object in delete/ is gone"
+    );
+    assert!(services.get_opt(&format!("{renamed}-v2")).await.unwrap().is_some());
+    for kind in [
+        "ConfigMap",
+        "Secret",
+        "Service",
+        "Deployment",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+    ] {
+        let ar = kube::api::ApiResource::from_gvk(&match kind {
+            "Deployment" => kube::api::GroupVersionKind::gvk("apps", "v1", kind),
+            "Role" | "RoleBinding" => kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+            _ => kube::api::GroupVersionKind::gvk("", "v1", kind),
+        });
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(env.client.clone(), NS, &ar);
+        let old_labelled = api
+            .list(&ListParams::default().labels("chart-version=v0.11.10"))
+            .await
+            .unwrap();
+        assert!(
+            old_labelled.items.is_empty(),
+            "{kind}: objects left on the old chart version"
+        );
+    }
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn ignore_touches_nothing() {
+    let env = Env::start(Config::default(), true).await;
+    env.create_secret(credentials(), true).await;
+    let mut cr = btp_api::BtpOperator::new(names::BTP_OPERATOR_NAME);
+    cr.metadata.annotations = Some([(names::OPERATION_ANNOTATION.to_string(), "ignore".to_string())].into());
+    env.crs(NS).create(&PostParams::default(), &cr).await.unwrap();
+    let ctx = env.ctx.clone();
+    eventually(Duration::from_secs(5), "the CR was reconciled at least once", || {
+        let ctx = ctx.clone();
+        async move { ctx.metrics.reconciles() >= 1 }
+    })
+    .await;
+    let cr = env.crs(NS).get(names::BTP_OPERATOR_NAME).await.unwrap();
+    assert!(cr.status.is_none(), "no status written");
+    assert!(cr.metadata.finalizers.unwrap_or_default().is_empty(), "no finalizer");
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NS);
+    assert!(
+        deployments.get_opt(DEPLOYMENT).await.unwrap().is_none(),
+        "nothing installed"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_steady_state_reconcile_changes_no_resource_version() {
+    let config = Config {
+        ready_state_requeue_interval: Duration::from_millis(200),
+        ..Config::default()
+    };
+    let env = ready_env(config).await;
+    // Let the dust settle (our own status write and the Deployment controller's updates), then watch
+    // several periodic reconciles.
+    let ctx = env.ctx.clone();
+    let settled = ctx.metrics.reconciles() + 2;
+    eventually(Duration::from_secs(5), "two more reconciles", || {
+        let ctx = ctx.clone();
+        async move { ctx.metrics.reconciles() >= settled }
+    })
+    .await;
+    let log = env.server.request_log();
+    log.clear();
+    let start = ctx.metrics.reconciles();
+    eventually(Duration::from_secs(5), "three periodic reconciles", || {
+        let ctx = ctx.clone();
+        async move { ctx.metrics.reconciles() >= start + 3 }
+    })
+    .await;
+    let entries = log.entries();
+    let writes: Vec<_> = entries
+        .iter()
+        .filter(|r| r.changed)
+        .map(|r| format!("{} {}", r.verb, r.path))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "steady-state reconciles changed resourceVersions: {writes:?}"
+    );
+    assert!(
+        entries.iter().any(|r| r.verb == "patch"),
+        "the reconciles did run their (no-op) applies"
+    );
+    env.stop().await;
+}

@@ -2,7 +2,7 @@
 
 use crate::cli::RunArgs;
 use crate::config::Config;
-use crate::reconciler::{self, metrics::ReconcileMetrics, resources, Context};
+use crate::reconciler::{self, metrics::ReconcileMetrics, network_policies, resources, Context};
 use crate::{ops, webhook_certs};
 use anyhow::Context as _;
 use btp_api::names;
@@ -212,6 +212,7 @@ pub fn config_from_args(args: &RunArgs) -> Config {
         config_name: args.config_name.clone(),
         deployment_name: args.deployment_name.clone(),
         resources_path: args.resources_path.clone(),
+        manager_resources_path: args.manager_resources_path.clone(),
         processing_state_requeue_interval: args.processing_state_requeue_interval,
         ready_state_requeue_interval: args.ready_state_requeue_interval,
         ready_timeout: args.ready_timeout,
@@ -237,15 +238,22 @@ pub async fn start_reconciler(
     let config = config_from_args(args);
     let module = resources::load(&config.resources_path)
         .with_context(|| format!("loading module resources from {}", config.resources_path.display()))?;
+    let policies = network_policies::load(&args.manager_resources_path).with_context(|| {
+        format!(
+            "loading network policies from {}",
+            args.manager_resources_path.display()
+        )
+    })?;
     let metrics = ReconcileMetrics::register(registry);
-    let ctx = Arc::new(Context::new(
+    let ctx = Context::new(
         client.clone(),
         config,
         module,
         image,
         args.rbac_proxy_image.clone(),
         metrics,
-    ));
+    );
+    let ctx = Arc::new(ctx.with_network_policies(policies));
     if !args.leader_elect {
         tokio::spawn(reconciler::run(ctx, stopped(stop)));
         return Ok(());

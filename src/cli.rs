@@ -65,6 +65,9 @@ pub struct RunArgs {
     /// Directory with the operand manifests (`apply/`, `delete/`, `chart-version`).
     #[arg(long, default_value = "./module-resources")]
     pub resources_path: std::path::PathBuf,
+    /// Directory with `network-policies/`.
+    #[arg(long, default_value = "./manager-resources")]
+    pub manager_resources_path: std::path::PathBuf,
     /// How long the operand Deployment may take to become available.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub ready_timeout: std::time::Duration,

@@ -272,3 +272,48 @@ async fn a_steady_state_reconcile_changes_no_resource_version() {
     );
     env.stop().await;
 }
+
+#[tokio::test]
+async fn network_policies_follow_the_disable_annotation_and_spare_foreign_ones() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let env = ready_env(Config::default()).await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(env.client.clone(), NS);
+    let managed =
+        ListParams::default().labels("app.kubernetes.io/managed-by=btp-manager,kyma-project.io/module=btp-operator");
+    let count = || async { policies.list(&managed).await.unwrap().items.len() };
+    eventually(Duration::from_secs(5), "the four policies installed", || async {
+        count().await == 4
+    })
+    .await;
+    let foreign: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "team-policy", "namespace": NS}, "spec": {"podSelector": {}}
+    }))
+    .unwrap();
+    policies.create(&PostParams::default(), &foreign).await.unwrap();
+
+    let annotate = |value: serde_json::Value| {
+        let crs = env.crs(NS);
+        async move {
+            let patch =
+                serde_json::json!({"metadata": {"annotations": {names::DISABLE_NETWORK_POLICIES_ANNOTATION: value}}});
+            crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    annotate(serde_json::json!("TRUE")).await;
+    eventually(Duration::from_secs(5), "managed policies removed", || async {
+        count().await == 0
+    })
+    .await;
+    assert!(
+        policies.get_opt("team-policy").await.unwrap().is_some(),
+        "an unlabelled policy survives"
+    );
+    annotate(serde_json::Value::Null).await;
+    eventually(Duration::from_secs(5), "policies back after re-enabling", || async {
+        count().await == 4
+    })
+    .await;
+    env.stop().await;
+}

@@ -19,6 +19,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -62,6 +63,8 @@ pub struct Context {
     pub image: String,
     /// `KUBE_RBAC_PROXY`.
     pub rbac_proxy_image: Option<String>,
+    /// The operand's network policies (manager-resources/network-policies).
+    pub network_policies: Vec<Value>,
     /// Reconcile metrics.
     pub metrics: metrics::ReconcileMetrics,
     recorder: Recorder,
@@ -92,10 +95,17 @@ impl Context {
             resources: RwLock::new(Arc::new(resources)),
             image,
             rbac_proxy_image,
+            network_policies: Vec::new(),
             metrics,
             recorder,
             waiting_since: Mutex::new(None),
         }
+    }
+
+    /// Install these network policies (unless a CR disables them).
+    pub fn with_network_policies(mut self, policies: Vec<Value>) -> Self {
+        self.network_policies = policies;
+        self
     }
 
     fn config(&self) -> Config {
@@ -316,7 +326,8 @@ async fn reconcile_pass(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
 
     // Apply.
     let module = ctx.resources();
-    if let Err(message) = apply_module(ctx, &config, &module, &credentials).await {
+    let policies_enabled = network_policies::enabled(cr.annotations());
+    if let Err(message) = apply_module(ctx, &config, &module, &credentials, policies_enabled).await {
         status.set(Outcome::new(failed, message)).await?;
         return Ok(Action::requeue(config.processing_state_requeue_interval));
     }
@@ -403,6 +414,7 @@ async fn apply_module(
     config: &Config,
     module: &ModuleResources,
     credentials: &credentials::Credentials,
+    policies_enabled: bool,
 ) -> Result<(), String> {
     let mut errors = Vec::new();
     for obj in &module.delete {
@@ -421,6 +433,22 @@ async fn apply_module(
         return Err(errors.join(", "));
     }
     let certs = operand_certificates(ctx, config).await?;
+    let policies = match network_policies::plan(&ctx.network_policies, policies_enabled) {
+        network_policies::Plan::Apply(policies) => policies,
+        network_policies::Plan::Remove => {
+            remove_network_policies(ctx, config).await?;
+            Vec::new()
+        }
+    };
+    // The policy the original installed under an older name (reference §8.5 migration).
+    let legacy: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &config.chart_namespace);
+    match legacy
+        .delete(network_policies::LEGACY_POLICY, &DeleteParams::default())
+        .await
+    {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(e) => return Err(format!("deleting the legacy network policy: {}", api_error_summary(&e))),
+    }
     let inputs = resources::Inputs {
         chart_namespace: &config.chart_namespace,
         deployment_name: &config.deployment_name,
@@ -429,7 +457,7 @@ async fn apply_module(
         image: &ctx.image,
         rbac_proxy_image: ctx.rbac_proxy_image.as_deref(),
         ca_bundle: certs.ca_bundle.as_deref(),
-        extra: &[],
+        extra: &policies,
         unversioned: &certs.secrets,
     };
     let objects = resources::prepare(module, &inputs).map_err(|e| e.to_string())?;
@@ -445,6 +473,16 @@ async fn apply_module(
         }
     }
     Ok(())
+}
+
+/// Delete the network policies we installed (both managed labels; unlabelled policies are left alone).
+async fn remove_network_policies(ctx: &Context, config: &Config) -> Result<(), String> {
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &config.chart_namespace);
+    let params = kube::api::ListParams::default().labels(&network_policies::managed_selector());
+    api.delete_collection(&DeleteParams::default(), &params)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("removing network policies: {}", api_error_summary(&e)))
 }
 
 /// The operand's webhook certificates for this apply: Secrets to (re)write and the CA bundle to inject.
@@ -615,6 +653,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
                 names::MANAGED_BY_LABEL,
                 names::MANAGED_BY_BTP_MANAGER
             )),
+            |_| Some(the_cr()),
+        )
+        // Our network policies: edits and deletions are reverted.
+        .watches(
+            Api::<NetworkPolicy>::namespaced(client.clone(), &config.chart_namespace),
+            watcher::Config::default().labels(&network_policies::managed_selector()),
             |_| Some(the_cr()),
         )
         // The operand's webhook configurations: a changed caBundle is put back at once.

@@ -45,14 +45,13 @@ impl Env {
         let module = resources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")).unwrap();
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = ReconcileMetrics::register(&mut registry);
-        let ctx = Arc::new(Context::new(
-            client.clone(),
-            config,
-            module,
-            IMAGE.into(),
-            None,
-            metrics,
-        ));
+        let policies = btp_manager::reconciler::network_policies::load(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("manager-resources"),
+        )
+        .unwrap();
+        let ctx = Arc::new(
+            Context::new(client.clone(), config, module, IMAGE.into(), None, metrics).with_network_policies(policies),
+        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(reconciler::run(ctx.clone(), async move {
             let _ = stopped.await;

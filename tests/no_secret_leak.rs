@@ -1,0 +1,117 @@
+//! No credential value ever appears in a log line (at trace level, every crate), an Event, a status field
+//! or an error. Its own test binary: it installs the process-wide log subscriber.
+
+mod common;
+
+use base64::Engine as _;
+use btp_api::{names, State};
+use btp_manager::config::Config;
+use common::*;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const CANARY: &str = "CANARY-7f3a9c-do-not-log";
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canary_credential_appears_nowhere() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+        .with_writer(move || writer.clone())
+        .json()
+        .init();
+
+    let env = Env::start(Config::default(), true).await;
+    let mut creds = credentials();
+    creds["clientsecret"] = serde_json::json!(CANARY);
+    creds["clientid"] = serde_json::json!(format!("{CANARY}-id"));
+    env.create_secret(creds, true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    let ready = env
+        .wait_for(
+            names::KYMA_SYSTEM,
+            names::BTP_OPERATOR_NAME,
+            State::Ready,
+            "ReconcileSucceeded",
+            Duration::from_secs(10),
+        )
+        .await;
+
+    // Break the Secret (a key removed, a value emptied) and repair it: error paths produce messages too.
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    let broken = serde_json::json!({"data": {"cluster_id": null, "sm_url": ""}});
+    secrets
+        .patch("sap-btp-manager", &PatchParams::default(), &Patch::Merge(&broken))
+        .await
+        .unwrap();
+    let error = env
+        .wait_for(
+            names::KYMA_SYSTEM,
+            names::BTP_OPERATOR_NAME,
+            State::Error,
+            "InvalidSecret",
+            Duration::from_secs(10),
+        )
+        .await;
+    let fixed = serde_json::json!({"stringData": {"cluster_id": "cluster-1", "sm_url": "https://sm.example.com"}});
+    secrets
+        .patch("sap-btp-manager", &PatchParams::default(), &Patch::Merge(&fixed))
+        .await
+        .unwrap();
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+
+    let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    let leaked = |text: &str| text.contains(CANARY) || text.contains(&b64);
+
+    for cr in [&ready, &error] {
+        let status = serde_json::to_string(&cr.status).unwrap();
+        assert!(!leaked(&status), "status leaks the credential: {status}");
+    }
+    let events: Api<Event> = Api::all(env.client.clone());
+    let events = events.list(&ListParams::default()).await.unwrap();
+    for e in &events.items {
+        let text = serde_json::to_string(e).unwrap();
+        assert!(!leaked(&text), "an Event leaks the credential: {text}");
+    }
+    let events_v1: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
+    let events_v1 = events_v1.list(&ListParams::default()).await.unwrap().items;
+    assert!(!events_v1.is_empty(), "the manager records Events");
+    for e in events_v1 {
+        let text = serde_json::to_string(&e).unwrap();
+        assert!(!leaked(&text), "an Event leaks the credential: {text}");
+    }
+    env.stop().await;
+
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    assert!(
+        text.lines().count() > 50,
+        "trace logging was captured ({} lines)",
+        text.lines().count()
+    );
+    let bad: Vec<&str> = text.lines().filter(|l| leaked(l)).take(3).collect();
+    assert!(bad.is_empty(), "log lines leak the credential: {bad:#?}");
+}

@@ -3,7 +3,7 @@
 
 mod common;
 
-use btp_api::{names, State};
+use btp_api::names;
 use btp_certs::operand::{self, keys};
 use btp_certs::{generate_ca, generate_leaf, verify_signed_by, CaSpec, CertPair, KeyAlgorithm, LeafSpec};
 use btp_manager::config::Config;
@@ -11,26 +11,11 @@ use common::*;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
-
-async fn ready_env() -> Env {
-    let env = Env::start(Config::default(), true).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
-    env
-}
 
 async fn secret(env: &Env, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
     let api: Api<Secret> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
@@ -59,42 +44,6 @@ async fn bundles(env: &Env) -> Vec<Vec<u8>> {
             .map(|w| w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default()),
     );
     out
-}
-
-/// Poll `check` until true (deadline `within`).
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Force one reconcile and wait until it has run (the manager removes the annotation).
-async fn reconcile_now(env: &Env) {
-    let crs = env.crs(names::KYMA_SYSTEM);
-    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
-    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(5), "the reconcile annotation is consumed", || {
-        let crs = crs.clone();
-        async move {
-            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
-            !cr.metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key(names::OPERATION_ANNOTATION)
-        }
-    })
-    .await;
 }
 
 async fn put_secret(env: &Env, name: &str, data: BTreeMap<String, Vec<u8>>) {
@@ -136,7 +85,7 @@ fn current_pair(ca: &BTreeMap<String, Vec<u8>>) -> CertPair {
 
 #[tokio::test]
 async fn initial_pair_is_valid_and_both_bundles_hold_the_ca() {
-    let env = ready_env().await;
+    let env = ready_env(Config::default()).await;
     let ca = secret(&env, operand::CA_SECRET).await.expect("ca-server-cert");
     let webhook = secret(&env, operand::WEBHOOK_SECRET)
         .await
@@ -155,7 +104,7 @@ async fn initial_pair_is_valid_and_both_bundles_hold_the_ca() {
 
 #[tokio::test]
 async fn a_replaced_ca_regenerates_both() {
-    let env = ready_env().await;
+    let env = ready_env(Config::default()).await;
     let before = secret(&env, operand::CA_SECRET).await.unwrap();
     let injected = ca_at(SystemTime::now(), 365 * DAY);
     put_secret(&env, operand::CA_SECRET, operand::to_ca_secret_data(&injected)).await;
@@ -182,7 +131,7 @@ async fn a_replaced_ca_regenerates_both() {
 
 #[tokio::test]
 async fn a_leaf_from_the_same_ca_is_accepted_and_a_foreign_one_regenerates_both() {
-    let env = ready_env().await;
+    let env = ready_env(Config::default()).await;
     let ca_data = secret(&env, operand::CA_SECRET).await.unwrap();
     let ours = leaf_at(&current_pair(&ca_data), SystemTime::now(), 365 * DAY);
     put_secret(&env, operand::WEBHOOK_SECRET, operand::to_webhook_secret_data(&ours)).await;
@@ -214,7 +163,7 @@ async fn a_leaf_from_the_same_ca_is_accepted_and_a_foreign_one_regenerates_both(
 
 #[tokio::test]
 async fn an_edited_ca_bundle_is_restored() {
-    let env = ready_env().await;
+    let env = ready_env(Config::default()).await;
     let ca = secret(&env, operand::CA_SECRET).await.unwrap();
     let other = ca_at(SystemTime::now(), 365 * DAY);
     let api: Api<ValidatingWebhookConfiguration> = Api::all(env.client.clone());
@@ -247,7 +196,7 @@ async fn an_edited_ca_bundle_is_restored() {
 
 #[tokio::test]
 async fn near_expiry_renews_the_leaf_only_or_both_for_the_ca() {
-    let env = ready_env().await;
+    let env = ready_env(Config::default()).await;
     let ca_data = secret(&env, operand::CA_SECRET).await.unwrap();
     // A leaf issued 360 days ago for a year: it expires in 5 days, inside the 7-day boundary.
     let old = SystemTime::now() - 360 * DAY;
@@ -280,7 +229,7 @@ async fn near_expiry_renews_the_leaf_only_or_both_for_the_ca() {
 
 #[tokio::test]
 async fn a_deleted_ca_secret_is_recreated_and_bundles_updated_within_two_seconds() {
-    let env = ready_env().await;
+    let env = ready_env(Config::default()).await;
     let before = secret(&env, operand::CA_SECRET).await.unwrap();
     let api: Api<Secret> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
     api.delete(operand::CA_SECRET, &DeleteParams::default()).await.unwrap();
@@ -303,7 +252,7 @@ async fn a_deleted_ca_secret_is_recreated_and_bundles_updated_within_two_seconds
 #[tokio::test]
 async fn a_real_tls_client_accepts_the_served_chain() {
     use btp_webhooks::client::{tls_config, Connection, Protocol};
-    let env = ready_env().await;
+    let env = ready_env(Config::default()).await;
     let webhook = secret(&env, operand::WEBHOOK_SECRET).await.unwrap();
     let bundle = bundles(&env).await.remove(0);
     let cert = btp_webhooks::tls::SwappableCert::from_pem(&webhook[keys::TLS_CRT], &webhook[keys::TLS_KEY]).unwrap();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use btp_api::{names, State};
+use btp_api::names;
 use btp_manager::config::Config;
 use btp_manager::reconciler::resources::ModuleResources;
 use common::*;
@@ -16,56 +16,6 @@ use std::time::Duration;
 
 const NS: &str = names::KYMA_SYSTEM;
 const DEPLOYMENT: &str = "sap-btp-operator-controller-manager";
-
-async fn ready_env(config: Config) -> Env {
-    let env = Env::start(config, true).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(NS, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        NS,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
-    env
-}
-
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Force a reconcile and wait until it ran (the manager removes the annotation).
-async fn reconcile_now(env: &Env) {
-    let crs = env.crs(NS);
-    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
-    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(5), "the reconcile annotation is consumed", || {
-        let crs = crs.clone();
-        async move {
-            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
-            !cr.metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key(names::OPERATION_ANNOTATION)
-        }
-    })
-    .await;
-}
 
 fn manager_image(d: &Deployment) -> Option<String> {
     d.spec

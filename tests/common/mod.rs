@@ -8,7 +8,7 @@ use btp_manager::config::Config;
 use btp_manager::reconciler::{self, metrics::ReconcileMetrics, resources, Context};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,4 +136,57 @@ pub fn credentials() -> serde_json::Value {
         "clientid": "dummy-client-id", "clientsecret": "CANARY-secret-value", "sm_url": "https://sm.example.com",
         "tokenurl": "https://auth.example.com", "cluster_id": "cluster-1"
     })
+}
+
+/// Poll `check` until it is true; panic with `what` after `within`.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An environment with the credentials Secret and `kyma-system/btpoperator` in Ready.
+pub async fn ready_env(config: Config) -> Env {
+    let env = Env::start(config, true).await;
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+    env
+}
+
+/// Force one reconcile of `kyma-system/btpoperator` and wait until it has run (the manager removes the
+/// annotation when the pass is over).
+pub async fn reconcile_now(env: &Env) {
+    let crs = env.crs(names::KYMA_SYSTEM);
+    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
+    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "the reconcile annotation is consumed", || {
+        let crs = crs.clone();
+        async move {
+            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
+            !cr.metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key(names::OPERATION_ANNOTATION)
+        }
+    })
+    .await;
 }

@@ -324,11 +324,45 @@ async fn reconcile_pass(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
         }
     };
 
+    // Credentials drift (reference §9): observe, report drift found in Ready, clean up before the apply.
+    let required = secret.as_ref().map(|s| s.annotations().clone()).unwrap_or_default();
+    let before = match observe_drift(ctx, &config, &credentials, &required).await {
+        Ok(o) => o,
+        Err(outcome) => {
+            status.set(outcome).await?;
+            return Ok(Action::requeue(config.processing_state_requeue_interval));
+        }
+    };
+    if was_ready {
+        if let Some(outcome) = drift::ready_state_drift(&credentials, &before.observed) {
+            status.set(outcome).await?;
+        }
+    }
+    let actions = drift::before_apply(&credentials, &before.observed);
+    if let Err(outcome) = carry_out(ctx, &config, &required, &actions, &before).await {
+        status.set(outcome).await?;
+        return Ok(Action::requeue(config.processing_state_requeue_interval));
+    }
+
     // Apply.
     let module = ctx.resources();
     let policies_enabled = network_policies::enabled(cr.annotations());
     if let Err(message) = apply_module(ctx, &config, &module, &credentials, policies_enabled).await {
         status.set(Outcome::new(failed, message)).await?;
+        return Ok(Action::requeue(config.processing_state_requeue_interval));
+    }
+
+    // What the drift invalidated (the operand restarts with the new settings).
+    let after = match observe_drift(ctx, &config, &credentials, &required).await {
+        Ok(o) => o,
+        Err(outcome) => {
+            status.set(outcome).await?;
+            return Ok(Action::requeue(config.processing_state_requeue_interval));
+        }
+    };
+    let actions = drift::after_apply(&credentials, &before.observed, &after.observed);
+    if let Err(outcome) = carry_out(ctx, &config, &required, &actions, &after).await {
+        status.set(outcome).await?;
         return Ok(Action::requeue(config.processing_state_requeue_interval));
     }
 
@@ -471,6 +505,197 @@ async fn apply_module(
                 api_error_summary(&e)
             ));
         }
+    }
+    Ok(())
+}
+
+/// What [`observe_drift`] saw, with the operand pod's name for a delete.
+struct DriftObservation {
+    observed: drift::Observed,
+    pod: Option<String>,
+}
+
+/// Read what reference §9 needs. Read failures map to the reference's reasons.
+async fn observe_drift(
+    ctx: &Context,
+    config: &Config,
+    credentials: &credentials::Credentials,
+    required_annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<DriftObservation, Outcome> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    let list = kube::api::ListParams::default()
+        .labels(&format!(
+            "{}={}",
+            names::MANAGED_BY_LABEL,
+            names::MANAGED_BY_BTP_MANAGER
+        ))
+        .fields(&format!("metadata.name={}", drift::OPERAND_SECRET));
+    let operand_secrets = Api::<Secret>::all(ctx.client.clone())
+        .list_metadata(&list)
+        .await
+        .map_err(|e| {
+            Outcome::new(
+                Reason::GettingDefaultCredentialsSecretFailed,
+                format!("listing operand Secrets: {}", api_error_summary(&e)),
+            )
+        })?;
+    let configmap = Api::<ConfigMap>::namespaced(ctx.client.clone(), &config.chart_namespace)
+        .get_opt(drift::OPERAND_CONFIGMAP)
+        .await
+        .map_err(|e| {
+            Outcome::new(
+                Reason::GettingSapBtpServiceOperatorConfigMapFailed,
+                format!(
+                    "reading ConfigMap {}: {}",
+                    drift::OPERAND_CONFIGMAP,
+                    api_error_summary(&e)
+                ),
+            )
+        })?;
+    let mut observed = drift::Observed {
+        operand_secret_namespaces: operand_secrets
+            .items
+            .iter()
+            .filter_map(|s| s.metadata.namespace.clone())
+            .collect(),
+        previous_credentials_namespace: required_annotations
+            .get(drift::PREVIOUS_CREDENTIALS_NAMESPACE_ANNOTATION)
+            .cloned(),
+        configmap_cluster_id: configmap
+            .and_then(|c| c.data)
+            .and_then(|d| d.get(drift::CLUSTER_ID_CONFIGMAP_KEY).cloned()),
+        clusterid_secret_value: None,
+        operand_pod_ready: None,
+    };
+    let namespace = drift::operand_namespace(credentials, &observed);
+    let clusterid = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(drift::CLUSTER_ID_SECRET)
+        .await
+        .map_err(|e| {
+            Outcome::new(
+                Reason::GettingSapBtpServiceOperatorClusterIdSecretFailed,
+                format!(
+                    "reading Secret {namespace}/{}: {}",
+                    drift::CLUSTER_ID_SECRET,
+                    api_error_summary(&e)
+                ),
+            )
+        })?;
+    observed.clusterid_secret_value = clusterid.map(|s| {
+        s.data
+            .and_then(|d| {
+                d.get(drift::INITIAL_CLUSTER_ID_KEY)
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            })
+            .unwrap_or_default()
+    });
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &config.chart_namespace)
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "{}={}",
+            drift::OPERAND_POD_LABEL,
+            drift::OPERAND_POD_LABEL_VALUE
+        )))
+        .await
+        .map_err(|e| {
+            Outcome::new(
+                Reason::ResourceRemovalFailed,
+                format!("listing operand pods: {}", api_error_summary(&e)),
+            )
+        })?;
+    let pod = pods.items.into_iter().find(|p| {
+        drift::is_operand_pod(
+            &p.name_any(),
+            p.namespace().as_deref().unwrap_or_default(),
+            &config.chart_namespace,
+        )
+    });
+    observed.operand_pod_ready = pod.as_ref().map(|p| {
+        let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+        !conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "False"))
+    });
+    Ok(DriftObservation {
+        observed,
+        pod: pod.map(|p| p.name_any()),
+    })
+}
+
+/// Carry out drift [`drift::Actions`]. NotFound on a delete is success.
+async fn carry_out(
+    ctx: &Context,
+    config: &Config,
+    required_annotations: &std::collections::BTreeMap<String, String>,
+    actions: &drift::Actions,
+    seen: &DriftObservation,
+) -> Result<(), Outcome> {
+    let mut annotations = serde_json::Map::new();
+    for (key, value) in [
+        (
+            drift::PREVIOUS_CREDENTIALS_NAMESPACE_ANNOTATION,
+            &actions.annotate_previous_credentials_namespace,
+        ),
+        (
+            drift::PREVIOUS_CLUSTER_ID_ANNOTATION,
+            &actions.annotate_previous_cluster_id,
+        ),
+    ] {
+        if let Some(value) = value.as_ref().filter(|v| required_annotations.get(key) != Some(*v)) {
+            annotations.insert(key.into(), json!(value));
+        }
+    }
+    if !annotations.is_empty() {
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &config.chart_namespace);
+        let patch = json!({"metadata": {"annotations": annotations}});
+        secrets
+            .patch(&config.secret_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| {
+                Outcome::new(
+                    Reason::AnnotatingSecretFailed,
+                    format!("annotating the required Secret: {}", api_error_summary(&e)),
+                )
+            })?;
+    }
+    let gone = |r: Result<_, kube::Error>| match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(api_error_summary(&e)),
+    };
+    if let Some(ns) = &actions.delete_clusterid_secret_in {
+        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+        gone(
+            api.delete(drift::CLUSTER_ID_SECRET, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        )
+        .map_err(|e| {
+            Outcome::new(
+                Reason::DeletionOfOrphanedResourcesFailed,
+                format!("deleting {ns}/{}: {e}", drift::CLUSTER_ID_SECRET),
+            )
+        })?;
+    }
+    if let (true, Some(pod)) = (actions.delete_operand_pod, &seen.pod) {
+        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(ctx.client.clone(), &config.chart_namespace);
+        gone(api.delete(pod, &DeleteParams::default()).await.map(|_| ())).map_err(|e| {
+            Outcome::new(
+                Reason::ResourceRemovalFailed,
+                format!("deleting the operand pod {pod}: {e}"),
+            )
+        })?;
+    }
+    if let Some(ns) = &actions.delete_old_operand_secret_in {
+        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+        gone(
+            api.delete(drift::OPERAND_SECRET, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        )
+        .map_err(|e| {
+            Outcome::new(
+                Reason::ResourceRemovalFailed,
+                format!("deleting {ns}/{}: {e}", drift::OPERAND_SECRET),
+            )
+        })?;
     }
     Ok(())
 }

@@ -267,3 +267,23 @@ async fn network_policies_follow_the_disable_annotation_and_spare_foreign_ones()
     .await;
     env.stop().await;
 }
+
+#[tokio::test]
+async fn the_legacy_network_policy_is_deleted() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let env = ready_env(Config::default()).await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(env.client.clone(), NS);
+    let legacy: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kyma-project.io--btp-operator-allow-to-webhook", "namespace": NS},
+        "spec": {"podSelector": {}}
+    }))
+    .unwrap();
+    policies.create(&PostParams::default(), &legacy).await.unwrap();
+    reconcile_now(&env).await;
+    assert!(policies
+        .get_opt("kyma-project.io--btp-operator-allow-to-webhook")
+        .await
+        .unwrap()
+        .is_none());
+    env.stop().await;
+}

@@ -7,7 +7,7 @@ use base64::Engine as _;
 use btp_api::names;
 use btp_manager::config::Config;
 use common::*;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::time::Duration;
 
@@ -54,11 +54,7 @@ async fn required_annotation(env: &Env, key: &str) -> Option<String> {
 #[tokio::test]
 async fn a_custom_credentials_namespace_moves_the_operand_secret_and_back() {
     let env = ready_env(Config::default()).await;
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "custom-creds"}})).unwrap();
-    Api::<Namespace>::all(env.client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    env.ensure_namespace("custom-creds").await;
 
     patch_required(&env, serde_json::json!({"credentials_namespace": "custom-creds"})).await;
     eventually(

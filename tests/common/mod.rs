@@ -1,5 +1,11 @@
-//! Shared harness: the embedded API server with kyma-system and the BtpOperator CRD, and the manager's
-//! reconciler running against it with the real module-resources.
+//! Shared harness: an API server with kyma-system and the BtpOperator CRD, and the manager's reconciler
+//! running against it with the real module-resources.
+//!
+//! The API server is the embedded one, unless `BTP_E2E_KUBECONFIG` names a kubeconfig: then the tests run
+//! against that cluster, one at a time (the CR is a singleton), and each removes what it created when it
+//! stops. The harness plays the operand's Deployment controller (patching Deployment status) unless
+//! `BTP_E2E_REAL_OPERAND=1` says the cluster really runs the operand. Use a disposable cluster without BTP
+//! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
 use btp_api::{names, BtpOperator, State};
@@ -15,10 +21,68 @@ use std::time::Duration;
 
 pub const IMAGE: &str = "example.test/sap-btp-service-operator:v0.11.10";
 
+/// Where the tests run.
+pub enum Backend {
+    /// The embedded API server (default).
+    Embedded(RunningApiServer),
+    /// The cluster of `BTP_E2E_KUBECONFIG`; the guard keeps tests of this binary one at a time.
+    Cluster {
+        _serial: tokio::sync::OwnedMutexGuard<()>,
+        created_crd: bool,
+        created_kyma_system: bool,
+    },
+}
+
+static SERIAL: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
+
+/// Whether the tests run against a real cluster.
+pub fn real_cluster() -> Option<String> {
+    std::env::var("BTP_E2E_KUBECONFIG").ok().filter(|p| !p.is_empty())
+}
+
+async fn connect() -> (
+    Option<RunningApiServer>,
+    Option<tokio::sync::OwnedMutexGuard<()>>,
+    kube::Client,
+) {
+    match real_cluster() {
+        Some(path) => {
+            let guard = SERIAL
+                .get_or_init(|| Arc::new(tokio::sync::Mutex::new(())))
+                .clone()
+                .lock_owned()
+                .await;
+            let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("BTP_E2E_KUBECONFIG is readable");
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .expect("BTP_E2E_KUBECONFIG is a usable kubeconfig");
+            (None, Some(guard), kube::Client::try_from(config).expect("client"))
+        }
+        None => {
+            let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+            let client = server.client().await;
+            (Some(server), None, client)
+        }
+    }
+}
+
+/// Create if absent; whether it was created.
+async fn ensure<K>(api: &Api<K>, obj: &K) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.code == 409 => false,
+        Err(e) => panic!("creating {:?}: {e}", obj.meta().name),
+    }
+}
+
 pub struct Env {
-    pub server: RunningApiServer,
+    pub backend: Backend,
     pub client: kube::Client,
     pub ctx: Arc<Context>,
+    created_namespaces: std::sync::Mutex<Vec<String>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -27,19 +91,21 @@ impl Env {
     /// Embedded API server, kyma-system, the CRD, the manager's reconciler; `deployments_become_available`
     /// plays the Deployment controller.
     pub async fn start(config: Config, deployments_become_available: bool) -> Self {
-        let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-        let client = server.client().await;
+        let (server, serial, client) = connect().await;
+        if server.is_none() {
+            // A test that failed earlier could not clean up after itself (panics skip `stop`).
+            cleanup(&client, false, false, &[]).await;
+        }
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}})).unwrap();
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .unwrap();
-        Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &BtpOperator::crd().unwrap())
-            .await
-            .unwrap();
-        if deployments_become_available {
+        let created_kyma_system = ensure(&Api::<Namespace>::all(client.clone()), &ns).await;
+        let created_crd = ensure(
+            &Api::<CustomResourceDefinition>::all(client.clone()),
+            &BtpOperator::crd().unwrap(),
+        )
+        .await;
+        let real_operand = std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
+        if deployments_become_available && !real_operand {
             btp_apiserver::spawn_deployment_controller(client.clone());
         }
         let module = resources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")).unwrap();
@@ -56,8 +122,17 @@ impl Env {
         let task = tokio::spawn(reconciler::run(ctx.clone(), async move {
             let _ = stopped.await;
         }));
+        let backend = match (server, serial) {
+            (Some(server), _) => Backend::Embedded(server),
+            (None, serial) => Backend::Cluster {
+                _serial: serial.expect("serial guard"),
+                created_crd,
+                created_kyma_system,
+            },
+        };
         Self {
-            server,
+            backend,
+            created_namespaces: std::sync::Mutex::new(Vec::new()),
             client,
             ctx,
             stop: Some(stop),
@@ -69,12 +144,25 @@ impl Env {
         Api::namespaced(self.client.clone(), ns)
     }
 
+    /// The embedded server's request log (None on a real cluster).
+    pub fn request_log(&self) -> Option<btp_apiserver::RequestLog> {
+        match &self.backend {
+            Backend::Embedded(server) => Some(server.request_log()),
+            Backend::Cluster { .. } => None,
+        }
+    }
+
+    /// Create a namespace if absent; one this test created is removed when it stops (on a real cluster).
+    pub async fn ensure_namespace(&self, ns: &str) {
+        let n: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+        if ensure(&Api::<Namespace>::all(self.client.clone()), &n).await {
+            self.created_namespaces.lock().unwrap().push(ns.to_string());
+        }
+    }
+
     pub async fn create_cr(&self, ns: &str, name: &str) {
         if ns != names::KYMA_SYSTEM {
-            let n: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
-            let _ = Api::<Namespace>::all(self.client.clone())
-                .create(&PostParams::default(), &n)
-                .await;
+            self.ensure_namespace(ns).await;
         }
         self.crs(ns)
             .create(&PostParams::default(), &BtpOperator::new(name))
@@ -128,6 +216,112 @@ impl Env {
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
+        if let Backend::Cluster {
+            created_crd,
+            created_kyma_system,
+            ..
+        } = &self.backend
+        {
+            let namespaces = self.created_namespaces.lock().unwrap().clone();
+            cleanup(&self.client, *created_crd, *created_kyma_system, &namespaces).await;
+        }
+    }
+}
+
+/// Leave a real cluster as the test found it: the CRs (finalizers removed), the required Secret and config
+/// ConfigMap, what the tests add by hand, everything labelled managed-by=btp-manager, and what we created.
+async fn cleanup(client: &kube::Client, created_crd: bool, created_kyma_system: bool, namespaces: &[String]) {
+    use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+    let ok = |r: Result<(), kube::Error>| match r {
+        Ok(()) | Err(kube::Error::Api(_)) => {}
+        Err(e) => panic!("cleanup: {e}"),
+    };
+    let crs: Api<BtpOperator> = Api::all(client.clone());
+    for cr in crs
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let ns = cr.metadata.namespace.clone().unwrap_or_default();
+        let name = cr.metadata.name.clone().unwrap_or_default();
+        let api: Api<BtpOperator> = Api::namespaced(client.clone(), &ns);
+        let unfinalize = serde_json::json!({"metadata": {"finalizers": null}});
+        ok(api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalize))
+            .await
+            .map(|_| ()));
+        ok(api.delete(&name, &DeleteParams::default()).await.map(|_| ()));
+    }
+    let mut scopes: Vec<String> = vec![names::KYMA_SYSTEM.to_string()];
+    scopes.extend(namespaces.iter().cloned());
+    let by_name: [(&str, &str, &str, &str); 5] = [
+        ("", "v1", "Secret", "sap-btp-manager"),
+        ("", "v1", "ConfigMap", "sap-btp-manager"),
+        ("", "v1", "Secret", "sap-btp-operator-clusterid"),
+        ("networking.k8s.io", "v1", "NetworkPolicy", "team-policy"),
+        (
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "kyma-project.io--btp-operator-allow-to-webhook",
+        ),
+    ];
+    for (group, version, kind, name) in by_name {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), names::KYMA_SYSTEM, &ar);
+        ok(api.delete(name, &DeleteParams::default()).await.map(|_| ()));
+    }
+    let managed = ListParams::default().labels("app.kubernetes.io/managed-by=btp-manager");
+    let namespaced = [
+        ("", "v1", "ConfigMap"),
+        ("", "v1", "Secret"),
+        ("", "v1", "Service"),
+        ("", "v1", "ServiceAccount"),
+        ("apps", "v1", "Deployment"),
+        ("rbac.authorization.k8s.io", "v1", "Role"),
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+        ("networking.k8s.io", "v1", "NetworkPolicy"),
+    ];
+    for ns in &scopes {
+        for (group, version, kind) in namespaced {
+            let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+            ok(api
+                .delete_collection(&DeleteParams::default(), &managed)
+                .await
+                .map(|_| ()));
+        }
+    }
+    let cluster = [
+        ("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+        ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration"),
+        ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+    ];
+    for (group, version, kind) in cluster {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        ok(api
+            .delete_collection(&DeleteParams::default(), &managed)
+            .await
+            .map(|_| ()));
+    }
+    if created_crd {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        ok(crds
+            .delete("btpoperators.operator.kyma-project.io", &DeleteParams::default())
+            .await
+            .map(|_| ()));
+    }
+    let nss: Api<Namespace> = Api::all(client.clone());
+    for ns in namespaces
+        .iter()
+        .map(String::as_str)
+        .chain(created_kyma_system.then_some(names::KYMA_SYSTEM))
+    {
+        ok(nss.delete(ns, &DeleteParams::default()).await.map(|_| ()));
     }
 }
 

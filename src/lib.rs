@@ -12,6 +12,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod local;
+pub mod objects;
 pub mod ops;
 pub mod reconciler;
 pub mod telemetry;

@@ -79,15 +79,6 @@ impl WebhookCerts {
         }
     }
 
-    fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
-        secret
-            .data
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.0.clone()))
-            .collect()
-    }
-
     fn secret(&self, stored: &Stored, resource_version: Option<String>) -> Secret {
         Secret {
             metadata: ObjectMeta {
@@ -115,7 +106,7 @@ impl WebhookCerts {
                 .map_err(api_err("reading the webhook certificate Secret"))?;
             let stored = existing
                 .as_ref()
-                .map(|s| Stored::from_data(&Self::secret_data(s)))
+                .map(|s| Stored::from_data(&crate::objects::secret_data(s)))
                 .unwrap_or_default();
             let policy = self.policy.clone();
             let current = stored.clone();

@@ -39,6 +39,14 @@ pub const MANAGED_BY_BTP_MANAGER: &str = "btp-manager";
 pub const MANAGED_BY_KEB: &str = "kcp-kyma-environment-broker";
 /// Values of [`MANAGED_BY_LABEL`] that make the required Secret and the config ConfigMap visible to the manager.
 pub const MANAGED_BY_VISIBLE: [&str; 2] = [MANAGED_BY_BTP_MANAGER, MANAGED_BY_KEB];
+/// Whether `labels` make an object visible to the manager: [`MANAGED_BY_LABEL`] with a value in
+/// [`MANAGED_BY_VISIBLE`] (reference §3.3). Used for the required Secret by the webhooks and the reconciler.
+pub fn visible_to_manager(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| MANAGED_BY_VISIBLE.contains(&v.as_str()))
+}
+
 /// `kyma-project.io/module`.
 pub const MODULE_LABEL: &str = "kyma-project.io/module";
 /// Value of [`MODULE_LABEL`].

@@ -139,17 +139,20 @@ impl Context {
         }
     }
 
-    fn waiting_since(&self, waiting: bool) -> Option<Instant> {
-        let mut guard = match self.waiting_since.lock() {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        match self.waiting_since.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
-        };
-        if waiting {
-            Some(*guard.get_or_insert_with(Instant::now))
-        } else {
-            *guard = None;
-            None
         }
+    }
+
+    /// When waiting for the operand Deployment began (now, on the first call since the last stop).
+    fn start_waiting(&self) -> Instant {
+        *self.waiting().get_or_insert_with(Instant::now)
+    }
+
+    fn stop_waiting(&self) {
+        *self.waiting() = None;
     }
 }
 
@@ -300,16 +303,10 @@ async fn reconcile_pass(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
             return Ok(Action::requeue(config.processing_state_requeue_interval));
         }
     };
-    let data: std::collections::BTreeMap<String, Vec<u8>> = secret
-        .as_ref()
-        .and_then(|s| s.data.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
+    let data = secret.as_ref().map(crate::objects::secret_data).unwrap_or_default();
     let observed = match &secret {
         None => Observed::Absent,
-        Some(s) if !labelled(s) => Observed::Unlabelled,
+        Some(s) if !names::visible_to_manager(s.metadata.labels.as_ref()) => Observed::Unlabelled,
         Some(_) => Observed::Present(&data),
     };
     let credentials = match credentials::validate(observed, &config.secret_name, &config.chart_namespace) {
@@ -373,7 +370,7 @@ async fn reconcile_pass(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
         .await
         .map_err(api_err("reading the operand Deployment"))?;
     if deployment.as_ref().is_some_and(deployment_ready) {
-        ctx.waiting_since(false);
+        ctx.stop_waiting();
         status
             .set(Outcome::new(
                 Reason::ReconcileSucceeded,
@@ -382,7 +379,7 @@ async fn reconcile_pass(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
             .await?;
         return Ok(Action::requeue(config.ready_state_requeue_interval));
     }
-    let since = ctx.waiting_since(true).unwrap_or_else(Instant::now);
+    let since = ctx.start_waiting();
     let waited = since.elapsed();
     if waited >= config.ready_timeout {
         let message = format!(
@@ -403,13 +400,6 @@ async fn reconcile_pass(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
     Ok(Action::requeue(
         config.ready_timeout - waited + Duration::from_millis(50),
     ))
-}
-
-fn labelled(secret: &Secret) -> bool {
-    secret
-        .labels()
-        .get(names::MANAGED_BY_LABEL)
-        .is_some_and(|v| names::MANAGED_BY_VISIBLE.contains(&v.as_str()))
 }
 
 /// `Available=True` and `Progressing=True`.
@@ -733,7 +723,7 @@ async fn operand_certificates(ctx: &Context, config: &Config) -> Result<OperandC
             secrets
                 .get_opt(name)
                 .await
-                .map(|s| s.map(|s| s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()))
+                .map(|s| s.as_ref().map(crate::objects::secret_data))
                 .map_err(|e| format!("reading Secret {name}: {}", api_error_summary(&e)))
         }
     };

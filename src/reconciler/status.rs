@@ -70,13 +70,6 @@ pub fn current_state(status: Option<&BtpOperatorStatus>) -> Option<State> {
     status.map(|s| s.state)
 }
 
-/// The current `Ready` condition's reason, if any.
-pub fn current_reason(status: Option<&BtpOperatorStatus>) -> Option<&str> {
-    status
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
-        .map(|c| c.reason.as_str())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,7 +115,7 @@ mod tests {
         assert_eq!(ready.conditions[0].status, ConditionStatus::True);
         assert_eq!(ready.conditions[0].last_transition_time, "t3");
         assert_eq!(ready.conditions.len(), 1, "upserted by type");
-        assert_eq!(current_reason(Some(&ready)), Some("ReconcileSucceeded"));
+        assert_eq!(ready.conditions[0].reason, "ReconcileSucceeded");
     }
 
     #[test]

@@ -237,14 +237,6 @@ fn is_https_url(value: &[u8]) -> bool {
     }
 }
 
-fn is_labelled_for_manager(obj: &AdmittedObject) -> bool {
-    obj.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(names::MANAGED_BY_LABEL))
-        .is_some_and(|v| names::MANAGED_BY_VISIBLE.contains(&v.as_str()))
-}
-
 fn validate_secret(req: &Request, config: &RulesConfig) -> Verdict {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Verdict::allow();
@@ -253,7 +245,7 @@ fn validate_secret(req: &Request, config: &RulesConfig) -> Verdict {
         return Verdict::deny(400, "the admission request carries no Secret object");
     };
     let secret = format!("Secret {}/{}", config.secret_namespace, config.secret_name);
-    let label_warning = (!is_labelled_for_manager(obj)).then(|| {
+    let label_warning = (!names::visible_to_manager(obj.metadata.labels.as_ref())).then(|| {
         format!(
             "{secret} has no label {}={}: BTP Manager ignores it until it is labelled",
             names::MANAGED_BY_LABEL,

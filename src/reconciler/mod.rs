@@ -470,7 +470,8 @@ async fn apply_module(
         .delete(network_policies::LEGACY_POLICY, &DeleteParams::default())
         .await
     {
-        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(format!("deleting the legacy network policy: {}", api_error_summary(&e))),
     }
     let inputs = resources::Inputs {

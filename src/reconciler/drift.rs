@@ -215,6 +215,16 @@ pub fn before_apply(creds: &Credentials, o: &Observed) -> Actions {
     actions
 }
 
+/// Whether the apply invalidates what the operand runs with (credentials namespace or cluster ID changed,
+/// judged from what was observed before the apply). When false, [`after_apply`] returns no actions whatever
+/// it observes afterwards, so the API layer need not observe again.
+pub fn invalidated_by_apply(creds: &Credentials, before: &Observed) -> bool {
+    let namespace_changed = operand_namespace(creds, before) != creds.credentials_namespace;
+    let cluster_id_changed = configmap_cluster_id(before)
+        .is_some_and(|cm| cm != creds.cluster_id || cm != clusterid_secret_value(before).unwrap_or(cm));
+    namespace_changed || cluster_id_changed
+}
+
 /// What to delete after a successful apply in Processing (reference §9.5), so the operand restarts with the
 /// new environment and recreates its cluster-ID Secret.
 ///
@@ -233,10 +243,8 @@ pub fn before_apply(creds: &Credentials, o: &Observed) -> Actions {
 pub fn after_apply(creds: &Credentials, before: &Observed, after: &Observed) -> Actions {
     let old_ns = operand_namespace(creds, before);
     let namespace_changed = old_ns != creds.credentials_namespace;
-    let cluster_id_changed = configmap_cluster_id(before)
-        .is_some_and(|cm| cm != creds.cluster_id || cm != clusterid_secret_value(before).unwrap_or(cm));
     let mut actions = Actions::default();
-    if namespace_changed || cluster_id_changed {
+    if invalidated_by_apply(creds, before) {
         if after.clusterid_secret_value.is_some() {
             actions.delete_clusterid_secret_in = Some(old_ns.clone());
         }

@@ -349,18 +349,21 @@ async fn reconcile_pass(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
         return Ok(Action::requeue(config.processing_state_requeue_interval));
     }
 
-    // What the drift invalidated (the operand restarts with the new settings).
-    let after = match observe_drift(ctx, &config, &credentials, &required).await {
-        Ok(o) => o,
-        Err(outcome) => {
+    // What the drift invalidated (the operand restarts with the new settings); nothing to look at when the
+    // credentials namespace and cluster ID did not change.
+    if drift::invalidated_by_apply(&credentials, &before.observed) {
+        let after = match observe_drift(ctx, &config, &credentials, &required).await {
+            Ok(o) => o,
+            Err(outcome) => {
+                status.set(outcome).await?;
+                return Ok(Action::requeue(config.processing_state_requeue_interval));
+            }
+        };
+        let actions = drift::after_apply(&credentials, &before.observed, &after.observed);
+        if let Err(outcome) = carry_out(ctx, &config, &required, &actions, &after).await {
             status.set(outcome).await?;
             return Ok(Action::requeue(config.processing_state_requeue_interval));
         }
-    };
-    let actions = drift::after_apply(&credentials, &before.observed, &after.observed);
-    if let Err(outcome) = carry_out(ctx, &config, &required, &actions, &after).await {
-        status.set(outcome).await?;
-        return Ok(Action::requeue(config.processing_state_requeue_interval));
     }
 
     // Readiness of the operand Deployment.

@@ -216,6 +216,9 @@ pub fn config_from_args(args: &RunArgs) -> Config {
         processing_state_requeue_interval: args.processing_state_requeue_interval,
         ready_state_requeue_interval: args.ready_state_requeue_interval,
         ready_timeout: args.ready_timeout,
+        hard_delete_timeout: args.hard_delete_timeout,
+        hard_delete_check_interval: args.hard_delete_check_interval,
+        delete_request_timeout: args.delete_request_timeout,
         enable_limited_cache: args.enable_limited_cache.clone(),
         ..Config::default()
     }

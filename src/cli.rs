@@ -77,6 +77,15 @@ pub struct RunArgs {
     /// Periodic re-check while Ready.
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub ready_state_requeue_interval: std::time::Duration,
+    /// How long the hard delete of ServiceInstances/ServiceBindings may take before the soft delete.
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    pub hard_delete_timeout: std::time::Duration,
+    /// How often a running hard delete checks what is left (each deletion also wakes it).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub hard_delete_check_interval: std::time::Duration,
+    /// Budget of the delete requests of one kind in the hard delete.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub delete_request_timeout: std::time::Duration,
     /// `ENABLE_LIMITED_CACHE` for the operand.
     #[arg(long, default_value = "true")]
     pub enable_limited_cache: String,

@@ -25,6 +25,12 @@ pub struct Config {
     pub ready_state_requeue_interval: Duration,
     /// How long the operand Deployment may take to become available.
     pub ready_timeout: Duration,
+    /// How long the hard delete of ServiceInstances/ServiceBindings may take before the soft delete.
+    pub hard_delete_timeout: Duration,
+    /// How often a running hard delete checks what is left (deletions wake it sooner).
+    pub hard_delete_check_interval: Duration,
+    /// Budget of the delete requests of one kind in the hard delete.
+    pub delete_request_timeout: Duration,
     /// `ENABLE_LIMITED_CACHE` for the operand ConfigMap.
     pub enable_limited_cache: String,
     /// CA validity of the operand's webhook certificates.
@@ -49,6 +55,9 @@ impl Default for Config {
             processing_state_requeue_interval: Duration::from_secs(5 * 60),
             ready_state_requeue_interval: Duration::from_secs(15 * 60),
             ready_timeout: Duration::from_secs(5 * 60),
+            hard_delete_timeout: Duration::from_secs(20 * 60),
+            hard_delete_check_interval: Duration::from_secs(10),
+            delete_request_timeout: Duration::from_secs(5 * 60),
             enable_limited_cache: "true".into(),
             ca_certificate_expiration: Duration::from_secs(87600 * 3600),
             webhook_certificate_expiration: Duration::from_secs(8760 * 3600),
@@ -91,6 +100,9 @@ impl Config {
                 "ProcessingStateRequeueInterval" => duration(&mut self.processing_state_requeue_interval),
                 "ReadyStateRequeueInterval" => duration(&mut self.ready_state_requeue_interval),
                 "ReadyTimeout" => duration(&mut self.ready_timeout),
+                "HardDeleteTimeout" => duration(&mut self.hard_delete_timeout),
+                "HardDeleteCheckInterval" => duration(&mut self.hard_delete_check_interval),
+                "DeleteRequestTimeout" => duration(&mut self.delete_request_timeout),
                 "CaCertificateExpiration" => duration(&mut self.ca_certificate_expiration),
                 "WebhookCertificateExpiration" => duration(&mut self.webhook_certificate_expiration),
                 "ExpirationBoundary" => match parse_go_duration(value.trim_start_matches('-')) {
@@ -119,9 +131,6 @@ impl Config {
                 // Accepted for compatibility; not used by this implementation.
                 "ChartPath"
                 | "ReadyCheckInterval"
-                | "HardDeleteTimeout"
-                | "HardDeleteCheckInterval"
-                | "DeleteRequestTimeout"
                 | "StatusUpdateTimeout"
                 | "StatusUpdateCheckInterval"
                 | "ProbeInterval" => {}

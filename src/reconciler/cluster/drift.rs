@@ -1,0 +1,161 @@
+//! Reading what credentials drift needs and carrying out its actions (the decisions are in
+//! `reconciler::drift`). Read failures map to the reasons the status contract names for them.
+
+use super::Cluster;
+use crate::reconciler::credentials::Credentials;
+use crate::reconciler::drift;
+use crate::reconciler::error::{api_err, report, Stop};
+use btp_api::{names, Reason};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::ResourceExt as _;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// What [`Cluster::observe_drift`] saw, with the operand pod's name for a delete.
+pub struct DriftObservation {
+    /// The observation the decisions take.
+    pub observed: drift::Observed,
+    /// The operand pod, if there is one.
+    pub pod: Option<String>,
+}
+
+impl Cluster<'_> {
+    /// Namespaces holding an operand Secret we created (labelled managed-by=btp-manager).
+    pub async fn operand_secret_namespaces(&self) -> Result<Vec<String>, crate::reconciler::error::ApiError> {
+        let list = ListParams::default()
+            .labels(&format!(
+                "{}={}",
+                names::MANAGED_BY_LABEL,
+                names::MANAGED_BY_BTP_MANAGER
+            ))
+            .fields(&format!("metadata.name={}", drift::OPERAND_SECRET));
+        let secrets = Api::<Secret>::all(self.client())
+            .list_metadata(&list)
+            .await
+            .map_err(api_err("listing operand Secrets"))?;
+        Ok(secrets.items.into_iter().filter_map(|s| s.metadata.namespace).collect())
+    }
+
+    /// Read what credentials drift needs.
+    pub async fn observe_drift(
+        &self,
+        credentials: &Credentials,
+        required_annotations: &BTreeMap<String, String>,
+    ) -> Result<DriftObservation, Stop> {
+        let operand_secret_namespaces = self
+            .operand_secret_namespaces()
+            .await
+            .map_err(report(Reason::GettingDefaultCredentialsSecretFailed))?;
+        let configmap = Api::<ConfigMap>::namespaced(self.client(), &self.config.chart_namespace)
+            .get_opt(drift::OPERAND_CONFIGMAP)
+            .await
+            .map_err(api_err(format!("reading ConfigMap {}", drift::OPERAND_CONFIGMAP)))
+            .map_err(report(Reason::GettingSapBtpServiceOperatorConfigMapFailed))?;
+        let mut observed = drift::Observed {
+            operand_secret_namespaces,
+            previous_credentials_namespace: required_annotations
+                .get(drift::PREVIOUS_CREDENTIALS_NAMESPACE_ANNOTATION)
+                .cloned(),
+            configmap_cluster_id: configmap
+                .and_then(|c| c.data)
+                .and_then(|d| d.get(drift::CLUSTER_ID_CONFIGMAP_KEY).cloned()),
+            clusterid_secret_value: None,
+            operand_pod_ready: None,
+        };
+        let namespace = drift::operand_namespace(credentials, &observed);
+        let clusterid = Api::<Secret>::namespaced(self.client(), &namespace)
+            .get_opt(drift::CLUSTER_ID_SECRET)
+            .await
+            .map_err(api_err(format!(
+                "reading Secret {namespace}/{}",
+                drift::CLUSTER_ID_SECRET
+            )))
+            .map_err(report(Reason::GettingSapBtpServiceOperatorClusterIdSecretFailed))?;
+        observed.clusterid_secret_value = clusterid.map(|s| {
+            s.data
+                .and_then(|d| {
+                    d.get(drift::INITIAL_CLUSTER_ID_KEY)
+                        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+                })
+                .unwrap_or_default()
+        });
+        let selector = format!("{}={}", drift::OPERAND_POD_LABEL, drift::OPERAND_POD_LABEL_VALUE);
+        let pods = Api::<Pod>::namespaced(self.client(), &self.config.chart_namespace)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(api_err("listing operand pods"))
+            .map_err(report(Reason::ResourceRemovalFailed))?;
+        let pod = pods.items.into_iter().find(|p| {
+            drift::is_operand_pod(
+                &p.name_any(),
+                p.namespace().as_deref().unwrap_or_default(),
+                &self.config.chart_namespace,
+            )
+        });
+        observed.operand_pod_ready = pod.as_ref().map(|p| {
+            let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+            !conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "False"))
+        });
+        Ok(DriftObservation {
+            observed,
+            pod: pod.map(|p| p.name_any()),
+        })
+    }
+
+    /// Carry out drift actions. NotFound on a delete is success.
+    pub async fn carry_out(
+        &self,
+        required_annotations: &BTreeMap<String, String>,
+        actions: &drift::Actions,
+        seen: &DriftObservation,
+    ) -> Result<(), Stop> {
+        let mut annotations = serde_json::Map::new();
+        for (key, value) in [
+            (
+                drift::PREVIOUS_CREDENTIALS_NAMESPACE_ANNOTATION,
+                &actions.annotate_previous_credentials_namespace,
+            ),
+            (
+                drift::PREVIOUS_CLUSTER_ID_ANNOTATION,
+                &actions.annotate_previous_cluster_id,
+            ),
+        ] {
+            if let Some(value) = value.as_ref().filter(|v| required_annotations.get(key) != Some(*v)) {
+                annotations.insert(key.into(), json!(value));
+            }
+        }
+        if !annotations.is_empty() {
+            let secrets: Api<Secret> = Api::namespaced(self.client(), &self.config.chart_namespace);
+            let patch = json!({"metadata": {"annotations": annotations}});
+            secrets
+                .patch(&self.config.secret_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(api_err("annotating the required Secret"))
+                .map_err(report(Reason::AnnotatingSecretFailed))?;
+        }
+        if let Some(ns) = &actions.delete_clusterid_secret_in {
+            let api: Api<Secret> = Api::namespaced(self.client(), ns);
+            self.delete_ignoring_not_found(
+                &api,
+                drift::CLUSTER_ID_SECRET,
+                &format!("{ns}/{}", drift::CLUSTER_ID_SECRET),
+            )
+            .await
+            .map_err(report(Reason::DeletionOfOrphanedResourcesFailed))?;
+        }
+        if let (true, Some(pod)) = (actions.delete_operand_pod, &seen.pod) {
+            let api: Api<Pod> = Api::namespaced(self.client(), &self.config.chart_namespace);
+            self.delete_ignoring_not_found(&api, pod, &format!("the operand pod {pod}"))
+                .await
+                .map_err(report(Reason::ResourceRemovalFailed))?;
+        }
+        if let Some(ns) = &actions.delete_old_operand_secret_in {
+            let api: Api<Secret> = Api::namespaced(self.client(), ns);
+            self.delete_ignoring_not_found(&api, drift::OPERAND_SECRET, &format!("{ns}/{}", drift::OPERAND_SECRET))
+                .await
+                .map_err(report(Reason::ResourceRemovalFailed))?;
+        }
+        Ok(())
+    }
+}

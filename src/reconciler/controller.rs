@@ -1,0 +1,150 @@
+//! The controller: what brings a reconcile (watches, the runtime ConfigMap, ServiceInstance/ServiceBinding
+//! deletions while the CR is being deleted), and how failures are retried.
+
+use super::context::Context;
+use super::error::ReconcileError;
+use super::{network_policies, requeue, resources};
+use crate::config::Config;
+use btp_api::{names, BtpOperator};
+use futures::StreamExt as _;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt as _;
+use std::sync::Arc;
+
+/// The key every secondary watch maps to.
+pub fn the_cr() -> ObjectRef<BtpOperator> {
+    ObjectRef::new(names::BTP_OPERATOR_NAME).within(names::KYMA_SYSTEM)
+}
+
+/// Retry a failed reconcile with capped exponential backoff and jitter ([`requeue::error_backoff`]); the
+/// count of consecutive failures is reset by the next success.
+pub fn error_policy(_cr: Arc<BtpOperator>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    let failures = ctx.consecutive_failures();
+    let delay = requeue::error_backoff(failures, jitter());
+    tracing::warn!(error = %error, failures, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// A number in [0, 1) that differs between calls (for jitter; not for anything that must be random).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Follow the runtime ConfigMap: on every change, `base` (defaults + flags) with the ConfigMap's keys on
+/// top becomes the configuration; when it is deleted, `base` again (deleting reverts to the defaults). Each
+/// change triggers a reconcile.
+async fn follow_config(
+    ctx: Arc<Context>,
+    base: Config,
+    trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
+) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::Event as W;
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &base.chart_namespace);
+    let mut events = watcher::watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={}", base.config_name)),
+    )
+    // With backoff: a lost API server must not turn this into a busy loop.
+    .default_backoff()
+    .boxed();
+    while let Some(event) = events.next().await {
+        let data = match event {
+            Ok(W::Apply(cm)) | Ok(W::InitApply(cm)) => Some(cm.data.unwrap_or_default()),
+            Ok(W::Delete(_)) => None,
+            Ok(W::Init) | Ok(W::InitDone) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "config ConfigMap watch");
+                continue;
+            }
+        };
+        let mut next = base.clone();
+        if let Some(data) = &data {
+            for problem in next.apply_configmap(data) {
+                tracing::warn!(key = %problem.key, reason = %problem.reason, "config ConfigMap value not applied");
+            }
+        }
+        ctx.metrics.custom_config_applied(data.is_some());
+        if next.resources_path != ctx.config().resources_path {
+            match resources::load(&next.resources_path) {
+                Ok(module) => ctx.set_resources(module),
+                Err(e) => tracing::warn!(error = %e, "module resources from the new ResourcesPath not loaded"),
+            }
+        }
+        ctx.set_config(next);
+        tracing::info!(applied = data.is_some(), "configuration updated");
+        let _ = trigger.unbounded_send(the_cr());
+    }
+}
+
+/// Run the controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let config = ctx.config();
+    let client = ctx.client.clone();
+    let (trigger, triggered) = futures::channel::mpsc::unbounded();
+    let config_task = tokio::spawn(follow_config(ctx.clone(), config.clone(), trigger));
+    let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+    Controller::new(Api::<BtpOperator>::all(client.clone()), watcher::Config::default())
+        .watches(
+            Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
+            by_name(&config.secret_name),
+            |_| Some(the_cr()),
+        )
+        .watches(
+            Api::<Deployment>::namespaced(client.clone(), &config.chart_namespace),
+            by_name(&config.deployment_name),
+            |_| Some(the_cr()),
+        )
+        // Everything we put in the chart namespace (cert Secrets, the operand Secret): edits are reverted.
+        .watches(
+            Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
+            watcher::Config::default().labels(&format!(
+                "{}={}",
+                names::MANAGED_BY_LABEL,
+                names::MANAGED_BY_BTP_MANAGER
+            )),
+            |_| Some(the_cr()),
+        )
+        // Our network policies: edits and deletions are reverted.
+        .watches(
+            Api::<NetworkPolicy>::namespaced(client.clone(), &config.chart_namespace),
+            watcher::Config::default().labels(&network_policies::managed_selector()),
+            |_| Some(the_cr()),
+        )
+        // The operand's webhook configurations: a changed caBundle is put back at once.
+        .watches(
+            Api::<MutatingWebhookConfiguration>::all(client.clone()),
+            by_name(btp_certs::operand::MUTATING_WEBHOOK_CONFIGURATION),
+            |_| Some(the_cr()),
+        )
+        .watches(
+            Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+            by_name(btp_certs::operand::VALIDATING_WEBHOOK_CONFIGURATION),
+            |_| Some(the_cr()),
+        )
+        .reconcile_on(triggered)
+        .graceful_shutdown_on(shutdown)
+        .run(super::reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    config_task.abort();
+}

@@ -1,0 +1,193 @@
+//! Provisioning (and the Ready-state check) of a live CR, in one pass: finalizer, `Processing/Initialized`,
+//! the required Secret, credentials drift, apply, readiness, `Ready`. Each step either continues or stops the
+//! pass with an outcome ([`Stop::Report`]) or a failure ([`Stop::Fail`]); [`run`] writes the final status.
+
+use super::cluster::Cluster;
+use super::context::Context;
+use super::credentials::{self, Credentials, Observed, SecretProblem};
+use super::drift;
+use super::error::{report, ReconcileError, Stop};
+use super::network_policies;
+use super::readiness::{self, Wait};
+use super::requeue::{self, Requeue};
+use super::status::Outcome;
+use super::status_writer::StatusWriter;
+use crate::config::Config;
+use btp_api::{names, BtpOperator, Reason, State};
+use kube::runtime::controller::Action;
+use kube::ResourceExt as _;
+
+/// How a pass ended: what to report (nothing, when the status already says it) and when to come back.
+pub struct End {
+    /// The outcome to write.
+    pub report: Option<Outcome>,
+    /// When to come back.
+    pub requeue: Requeue,
+}
+
+impl End {
+    /// Report `outcome`, come back periodically.
+    pub fn periodic(outcome: Outcome) -> Self {
+        Self {
+            report: Some(outcome),
+            requeue: Requeue::Periodic,
+        }
+    }
+
+    /// The controller action for this end.
+    pub fn action(&self, config: &Config) -> Action {
+        let reason = self.report.as_ref().map_or(Reason::Updated, |o| o.reason);
+        match requeue::delay(reason, self.requeue, config) {
+            Some(d) => Action::requeue(d),
+            None => Action::await_change(),
+        }
+    }
+}
+
+/// Provision a live, valid CR.
+pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Action, ReconcileError> {
+    let config = ctx.config();
+    let cluster = Cluster::new(ctx, &config);
+    cluster.add_finalizer(cr).await?;
+    // A new CR is Initialized first. From Warning or Error there is no intermediate write: this pass's
+    // outcome replaces the status directly, so a reconcile triggered by our own status write cannot flap
+    // between Processing and the same Warning/Error.
+    if status.state().is_none() {
+        status.set(Outcome::new(Reason::Initialized, "Initialized")).await?;
+    }
+    let end = match steps(ctx, &cluster, cr, status).await {
+        Ok(end) => end,
+        Err(Stop::Report(outcome)) => {
+            // Another problem interrupts the wait for the operand: the next wait starts a new clock.
+            ctx.stop_waiting();
+            End::periodic(outcome)
+        }
+        Err(Stop::Fail(e)) => return Err(e),
+    };
+    if let Some(outcome) = &end.report {
+        status.set(outcome.clone()).await?;
+    }
+    Ok(end.action(&config))
+}
+
+async fn steps(
+    ctx: &Context,
+    cluster: &Cluster<'_>,
+    cr: &BtpOperator,
+    status: &mut StatusWriter<'_>,
+) -> Result<End, Stop> {
+    let config = ctx.config();
+    let was_ready = status.state() == Some(State::Ready);
+    let failed = if was_ready {
+        Reason::ReconcileFailed
+    } else {
+        Reason::ProvisioningFailed
+    };
+    converge(ctx, cluster, cr, Some(status), failed).await?;
+
+    let deployment = cluster.operand_deployment().await?;
+    let ready = deployment.as_ref().is_some_and(readiness::deployment_ready);
+    let waited = if ready {
+        Default::default()
+    } else {
+        ctx.start_waiting(&cr.uid().unwrap_or_default()).elapsed()
+    };
+    Ok(match readiness::judge(ready, waited, config.ready_timeout) {
+        Wait::Ready => {
+            ctx.stop_waiting();
+            End::periodic(Outcome::new(
+                Reason::ReconcileSucceeded,
+                "Module provisioning succeeded",
+            ))
+        }
+        Wait::TimedOut => End::periodic(Outcome::new(
+            failed,
+            format!(
+                "timed out while waiting for resources readiness: timeout waiting for {} Deployment to be ready",
+                config.deployment_name
+            ),
+        )),
+        Wait::Waiting { recheck_in } => End {
+            // The Deployment watch brings the CR back as soon as its conditions change; the requeue
+            // enforces the timeout.
+            report: (was_ready || status.state() != Some(State::Processing)).then(|| {
+                Outcome::new(
+                    Reason::Updated,
+                    format!(
+                        "waiting for Deployment {}/{} to become available",
+                        config.chart_namespace, config.deployment_name
+                    ),
+                )
+            }),
+            requeue: Requeue::After(recheck_in),
+        },
+    })
+}
+
+/// The required Secret, validated (reference: `MissingSecret`, `InvalidSecret`).
+pub async fn required_credentials(
+    cluster: &Cluster<'_>,
+    config: &Config,
+) -> Result<(Credentials, std::collections::BTreeMap<String, String>), Stop> {
+    let secret = cluster.required_secret().await.map_err(|e| {
+        Stop::Report(Outcome::new(
+            Reason::InvalidSecret,
+            format!("unable to get Secret: {}", super::error::summary(&e.source)),
+        ))
+    })?;
+    let data = secret.as_ref().map(crate::objects::secret_data).unwrap_or_default();
+    let observed = match &secret {
+        None => Observed::Absent,
+        Some(s) if !names::visible_to_manager(s.metadata.labels.as_ref()) => Observed::Unlabelled,
+        Some(_) => Observed::Present(&data),
+    };
+    let credentials =
+        credentials::validate(observed, &config.secret_name, &config.chart_namespace).map_err(|p| match p {
+            SecretProblem::Missing { message } => Stop::Report(Outcome::new(Reason::MissingSecret, message)),
+            SecretProblem::Invalid { message } => Stop::Report(Outcome::new(Reason::InvalidSecret, message)),
+        })?;
+    let annotations = secret.map(|s| s.annotations().clone()).unwrap_or_default();
+    Ok((credentials, annotations))
+}
+
+/// Bring the operand to the desired state: the required Secret, credentials drift (reported as progress
+/// when `progress` is given and the CR was Ready), the apply, and the clean-up of what the drift
+/// invalidated. Deprovisioning runs it without `progress` to keep the operand healthy while deletion is
+/// blocked, and to restore it after a failed removal.
+pub async fn converge(
+    ctx: &Context,
+    cluster: &Cluster<'_>,
+    cr: &BtpOperator,
+    progress: Option<&mut StatusWriter<'_>>,
+    failed: Reason,
+) -> Result<Credentials, Stop> {
+    let config = ctx.config();
+    let (credentials, required) = required_credentials(cluster, &config).await?;
+
+    let before = cluster.observe_drift(&credentials, &required).await?;
+    if let Some(status) = progress {
+        if status.state() == Some(State::Ready) {
+            if let Some(outcome) = drift::ready_state_drift(&credentials, &before.observed) {
+                status.set(outcome).await?;
+            }
+        }
+    }
+    cluster
+        .carry_out(&required, &drift::before_apply(&credentials, &before.observed), &before)
+        .await?;
+
+    let policies_enabled = network_policies::enabled(cr.annotations());
+    cluster
+        .apply_module(&ctx.resources(), &credentials, policies_enabled)
+        .await
+        .map_err(report(failed))?;
+
+    // What the drift invalidated (the operand restarts with the new settings); nothing to look at when the
+    // credentials namespace and cluster ID did not change.
+    if drift::invalidated_by_apply(&credentials, &before.observed) {
+        let after = cluster.observe_drift(&credentials, &required).await?;
+        let actions = drift::after_apply(&credentials, &before.observed, &after.observed);
+        cluster.carry_out(&required, &actions, &after).await?;
+    }
+    Ok(credentials)
+}

@@ -1,0 +1,89 @@
+//! Writing the CR's status: only when it changes ([`super::status::next_status`]), with an Event on every
+//! state change.
+
+use super::context::Context;
+use super::error::{api_err, ApiError};
+use super::status::{self, Outcome};
+use btp_api::{BtpOperator, BtpOperatorStatus, State};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource as _, ResourceExt as _};
+use serde_json::json;
+
+/// The CR's status as this pass last wrote (or read) it.
+pub struct StatusWriter<'a> {
+    ctx: &'a Context,
+    api: Api<BtpOperator>,
+    cr: &'a BtpOperator,
+    current: Option<BtpOperatorStatus>,
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+}
+
+impl<'a> StatusWriter<'a> {
+    /// A writer for `cr`, starting from the status it carries.
+    pub fn new(ctx: &'a Context, cr: &'a BtpOperator) -> Self {
+        Self {
+            ctx,
+            api: Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default()),
+            cr,
+            current: cr.status.clone(),
+        }
+    }
+
+    /// Report `outcome`: write the status if it differs, and publish an Event if the state changes.
+    pub async fn set(&mut self, outcome: Outcome) -> Result<(), ApiError> {
+        let Some(next) = status::next_status(
+            self.current.as_ref(),
+            &outcome,
+            self.cr.meta().generation,
+            &now_rfc3339(),
+        ) else {
+            return Ok(());
+        };
+        self.api
+            .patch_status(
+                &self.cr.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": next })),
+            )
+            .await
+            .map_err(api_err("writing the BtpOperator status"))?;
+        let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state);
+        if changed_state {
+            let type_ = match next.state {
+                State::Error | State::Warning => EventType::Warning,
+                _ => EventType::Normal,
+            };
+            let event = Event {
+                type_,
+                reason: outcome.reason.as_str().into(),
+                note: Some(format!("{}: {}", next.state.as_str(), outcome.message)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            self.ctx.publish(event, &self.cr.object_ref(&())).await;
+            tracing::info!(state = next.state.as_str(), reason = %outcome.reason, detail = %outcome.message, "BtpOperator state changed");
+        }
+        self.current = Some(next);
+        Ok(())
+    }
+
+    /// The state now.
+    pub fn state(&self) -> Option<State> {
+        status::current_state(self.current.as_ref())
+    }
+
+    /// The `Ready` condition's reason now.
+    pub fn reason(&self) -> Option<&str> {
+        self.current
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == status::READY))
+            .map(|c| c.reason.as_str())
+    }
+}

@@ -79,15 +79,21 @@ impl WebhookCerts {
         }
     }
 
-    fn secret(&self, stored: &Stored, resource_version: Option<String>) -> Secret {
+    fn secret(&self, stored: &Stored, existing: Option<&Secret>) -> Secret {
+        // The manager's own labels, keeping labels others added; never the module-resource pair, which
+        // would make deprovisioning remove the manager's certificate.
+        let mut labels: BTreeMap<String, String> = existing
+            .and_then(|s| s.metadata.labels.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, v)| !(k == names::MANAGED_BY_LABEL && v == names::MANAGED_BY_BTP_MANAGER))
+            .collect();
+        labels.extend(names::manager_labels());
         Secret {
             metadata: ObjectMeta {
                 name: Some(self.secret_name.clone()),
-                resource_version,
-                labels: Some(BTreeMap::from([
-                    (names::MANAGED_BY_LABEL.into(), names::MANAGED_BY_BTP_MANAGER.into()),
-                    (names::MODULE_LABEL.into(), names::MODULE_NAME.into()),
-                ])),
+                resource_version: existing.and_then(|s| s.metadata.resource_version.clone()),
+                labels: Some(labels),
                 ..ObjectMeta::default()
             },
             type_: Some("Opaque".into()),
@@ -113,7 +119,11 @@ impl WebhookCerts {
             // RSA key generation can take seconds: keep it off the async workers.
             let (next, steps) =
                 tokio::task::spawn_blocking(move || rotation::settle(&current, SystemTime::now(), &policy)).await??;
-            if steps.is_empty() {
+            // A Secret written by an older version carries the module-resource labels: relabel it.
+            let relabel = existing
+                .as_ref()
+                .is_some_and(|s| names::is_module_resource(s.metadata.labels.as_ref()));
+            if steps.is_empty() && !relabel {
                 return Ok(stored);
             }
             let result = match &existing {
@@ -123,9 +133,8 @@ impl WebhookCerts {
                         .await
                 }
                 Some(s) => {
-                    let rv = s.metadata.resource_version.clone();
                     self.secrets
-                        .replace(&self.secret_name, &PostParams::default(), &self.secret(&next, rv))
+                        .replace(&self.secret_name, &PostParams::default(), &self.secret(&next, Some(s)))
                         .await
                 }
             };

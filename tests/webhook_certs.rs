@@ -113,8 +113,10 @@ async fn replicas_starting_together_converge_on_one_ca() {
     }
     let secret = secrets.get(SECRET).await.unwrap();
     let labels = secret.metadata.labels.unwrap();
-    assert_eq!(labels["app.kubernetes.io/managed-by"], "btp-manager");
+    // The manager's own labels, never the pair that marks what deprovisioning removes.
+    assert_eq!(labels["app.kubernetes.io/part-of"], "btp-manager");
     assert_eq!(labels["kyma-project.io/module"], "btp-operator");
+    assert!(!labels.contains_key("app.kubernetes.io/managed-by"), "{labels:?}");
     // Settled: another round writes nothing.
     let rv = secret.metadata.resource_version;
     replicas[0].settle().await.unwrap();
@@ -335,4 +337,29 @@ async fn the_api_server_refuses_a_misnamed_cr_and_an_incomplete_secret_through_o
         Some(&b"id"[..]),
         "trailing newline trimmed by the mutating webhook"
     );
+}
+
+#[tokio::test]
+async fn a_certificate_secret_with_the_module_resource_labels_is_relabelled_in_place() {
+    let (_server, client) = api_server().await;
+    let manager = certs(&client, policy(), "https://127.0.0.1:1");
+    let first = manager.settle().await.unwrap();
+    // As an older version labelled it: deprovisioning would remove it.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let old = serde_json::json!({"metadata": {"labels": {
+        "app.kubernetes.io/managed-by": "btp-manager", "app.kubernetes.io/part-of": null, "team": "x"}}});
+    secrets
+        .patch(
+            SECRET,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&old),
+        )
+        .await
+        .unwrap();
+    let again = manager.settle().await.unwrap();
+    assert_eq!(again.ca, first.ca, "the certificates are kept");
+    let labels = secrets.get(SECRET).await.unwrap().metadata.labels.unwrap();
+    assert!(!labels.contains_key("app.kubernetes.io/managed-by"), "{labels:?}");
+    assert_eq!(labels["app.kubernetes.io/part-of"], "btp-manager");
+    assert_eq!(labels["team"], "x", "labels others added are kept");
 }

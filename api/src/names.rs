@@ -51,6 +51,31 @@ pub fn visible_to_manager(labels: Option<&std::collections::BTreeMap<String, Str
 pub const MODULE_LABEL: &str = "kyma-project.io/module";
 /// Value of [`MODULE_LABEL`].
 pub const MODULE_NAME: &str = "btp-operator";
+/// `app.kubernetes.io/part-of`, on the manager's own objects.
+pub const PART_OF_LABEL: &str = "app.kubernetes.io/part-of";
+/// Value of [`PART_OF_LABEL`] on the manager's own objects.
+pub const PART_OF_BTP_MANAGER: &str = "btp-manager";
+
+/// Labels of the manager's own objects (its Deployment, RBAC, Services, webhook configurations and
+/// certificate Secret): [`PART_OF_LABEL`] and [`MODULE_LABEL`]. Deliberately **not**
+/// `managed-by=btp-manager`: that label together with [`MODULE_LABEL`] marks what the manager installs for
+/// the operand, and deprovisioning removes everything so marked.
+pub fn manager_labels() -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([
+        (PART_OF_LABEL.to_string(), PART_OF_BTP_MANAGER.to_string()),
+        (MODULE_LABEL.to_string(), MODULE_NAME.to_string()),
+    ])
+}
+
+/// Whether `labels` mark an object the manager installed for the operand (both
+/// `managed-by=btp-manager` and `kyma-project.io/module=btp-operator`): deprovisioning removes it.
+pub fn is_module_resource(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels.is_some_and(|l| {
+        l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_BTP_MANAGER)
+            && l.get(MODULE_LABEL).map(String::as_str) == Some(MODULE_NAME)
+    })
+}
+
 /// Chart version label on module resources.
 pub const CHART_VERSION_LABEL: &str = "chart-version";
 

@@ -4,7 +4,7 @@
 use super::metrics::ReconcileMetrics;
 use super::resources::ModuleResources;
 use crate::config::Config;
-use btp_api::{names, BtpOperator};
+use btp_api::BtpOperator;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Resource as _;
 use serde_json::Value;
@@ -133,9 +133,9 @@ impl Context {
     }
 
     /// An Event on the BtpOperator saying which certificates were regenerated and why (no key material).
-    pub async fn certificate_event(&self, what: &str, decision: &btp_certs::operand::Decision) {
-        let mut reference = BtpOperator::new(names::BTP_OPERATOR_NAME).object_ref(&());
-        reference.namespace = Some(names::KYMA_SYSTEM.into());
+    /// The reference carries the CR's uid, which `kubectl describe` selects Events by.
+    pub async fn certificate_event(&self, cr: &BtpOperator, what: &str, decision: &btp_certs::operand::Decision) {
+        let reference = cr.object_ref(&());
         let event = Event {
             type_: EventType::Normal,
             reason: "CertificatesRegenerated".into(),

@@ -11,12 +11,15 @@ use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The key every secondary watch maps to.
 pub fn the_cr() -> ObjectRef<BtpOperator> {
@@ -92,6 +95,52 @@ async fn follow_config(
     }
 }
 
+/// Deletions of `kind` (ServiceInstance or ServiceBinding), as triggers while the CR is being deleted.
+/// Metadata only, and nothing is stored: 10,000 of them cost a few pages of listing, not memory. After every
+/// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The CRDs come
+/// with the operand, so the watch retries quickly (at most every 2 s) until they exist.
+fn service_deletions(
+    ctx: Arc<Context>,
+    kind: &'static str,
+) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
+    let api: Api<PartialObjectMeta<DynamicObject>> =
+        Api::all_with(ctx.client.clone(), &super::cluster::services_resource(kind));
+    watcher::watcher(api, watcher::Config::default())
+        .backoff(QuickRetry::default())
+        .filter_map(move |event| {
+            let wake = match event {
+                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting(),
+                Ok(_) => false,
+                Err(e) => {
+                    tracing::debug!(error = %e, kind, "service watch");
+                    false
+                }
+            };
+            std::future::ready(wake.then(the_cr))
+        })
+}
+
+/// Retries of the ServiceInstance/ServiceBinding watches: 250 ms doubling to at most 2 s (a missing CRD
+/// is the normal case until the operand is installed, and must not delay the first deletion for long).
+#[derive(Default)]
+struct QuickRetry(u32);
+
+impl Iterator for QuickRetry {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = Duration::from_millis(250).saturating_mul(1 << self.0.min(3));
+        self.0 = self.0.saturating_add(1);
+        Some(delay.min(Duration::from_secs(2)))
+    }
+}
+
+impl Backoff for QuickRetry {
+    fn reset(&mut self) {
+        self.0 = 0;
+    }
+}
+
 /// Run the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     let config = ctx.config();
@@ -138,6 +187,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             |_| Some(the_cr()),
         )
         .reconcile_on(triggered)
+        .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
+        .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown)
         .run(super::reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -1,7 +1,7 @@
 //! The reconcile loop for `BtpOperator`.
 //!
 //! [`reconcile`] is the whole flow: an ignored CR is left alone, a misnamed one gets a warning, a deleted one
-//! stays `Deleting` (deprovisioning is not built yet), any other is provisioned ([`provision`]) in one pass — finalizer,
+//! is deprovisioned ([`deprovision`]), any other is provisioned ([`provision`]) in one pass — finalizer,
 //! `Processing`, the required Secret, credentials drift, apply, readiness, `Ready`. A pass never sleeps: it
 //! returns, and watches ([`controller`]) bring it back.
 //!
@@ -9,7 +9,7 @@
 //! - decisions, pure and unit-tested: [`status`] (the condition), [`credentials`] (the required Secret),
 //!   [`drift`] (cluster ID and credentials namespace), [`resources`] (preparing the manifests),
 //!   [`network_policies`], [`readiness`] (operand readiness and `ReadyTimeout`), [`requeue`] (when a pass comes
-//!   back, error backoff);
+//!   back, error backoff), [`deprovision_plan`] (the deletion stages);
 //! - doing: [`cluster`] (every API read and write), [`status_writer`] (status and Events), [`context`]
 //!   (what passes share), [`error`] (how a step ends a pass early).
 
@@ -17,6 +17,8 @@ pub mod cluster;
 pub mod context;
 pub mod controller;
 pub mod credentials;
+pub mod deprovision;
+pub mod deprovision_plan;
 pub mod drift;
 pub mod error;
 pub mod metrics;
@@ -68,11 +70,7 @@ async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
         return Ok(Action::await_change());
     }
     let action = if cr.meta().deletion_timestamp.is_some() {
-        // Deprovisioning is a separate piece of work; until it exists the CR stays in Deleting.
-        status
-            .set(Outcome::new(Reason::HardDeleting, "BtpOperator is to be deleted"))
-            .await?;
-        Action::await_change()
+        deprovision::run(ctx, cr, &mut status).await?
     } else {
         ctx.end_deletion();
         provision::run(ctx, cr, &mut status).await?

@@ -178,7 +178,7 @@ pub async fn converge(
 
     let policies_enabled = network_policies::enabled(cr.annotations());
     cluster
-        .apply_module(&ctx.resources(), &credentials, policies_enabled)
+        .apply_module(cr, &ctx.resources(), &credentials, policies_enabled)
         .await
         .map_err(report(failed))?;
 

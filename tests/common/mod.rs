@@ -8,6 +8,8 @@
 //! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
+pub mod operand;
+
 use btp_api::{names, BtpOperator, State};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
 use btp_manager::config::Config;
@@ -82,6 +84,7 @@ pub struct Env {
     pub backend: Backend,
     pub client: kube::Client,
     pub ctx: Arc<Context>,
+    config: Config,
     created_namespaces: std::sync::Mutex<Vec<String>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -108,20 +111,7 @@ impl Env {
         if deployments_become_available && !real_operand {
             btp_apiserver::spawn_deployment_controller(client.clone());
         }
-        let module = resources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")).unwrap();
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = ReconcileMetrics::register(&mut registry);
-        let policies = btp_manager::reconciler::network_policies::load(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("manager-resources"),
-        )
-        .unwrap();
-        let ctx = Arc::new(
-            Context::new(client.clone(), config, module, IMAGE.into(), None, metrics).with_network_policies(policies),
-        );
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(reconciler::run(ctx.clone(), async move {
-            let _ = stopped.await;
-        }));
+        let (ctx, stop, task) = spawn_manager(&client, config.clone());
         let backend = match (server, serial) {
             (Some(server), _) => Backend::Embedded(server),
             (None, serial) => Backend::Cluster {
@@ -135,8 +125,61 @@ impl Env {
             created_namespaces: std::sync::Mutex::new(Vec::new()),
             client,
             ctx,
+            config,
             stop: Some(stop),
             task: Some(task),
+        }
+    }
+
+    /// Stop the manager's reconciler (as a crash or a rollout would) and start a new one, with fresh
+    /// in-memory state, against the same API server.
+    pub async fn restart_manager(&mut self) {
+        self.stop_manager().await;
+        let (ctx, stop, task) = spawn_manager(&self.client, self.config.clone());
+        self.ctx = ctx;
+        self.stop = Some(stop);
+        self.task = Some(task);
+    }
+
+    async fn stop_manager(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// The embedded API server (None on a real cluster).
+    pub fn server(&self) -> Option<&RunningApiServer> {
+        match &self.backend {
+            Backend::Embedded(server) => Some(server),
+            Backend::Cluster { .. } => None,
+        }
+    }
+
+    /// Play the operand where none runs: serve its webhooks with the manager-issued certificate and (when
+    /// `removes_finalizers`) remove its finalizer from deleted ServiceInstances/ServiceBindings. Call after
+    /// provisioning. On a real cluster the real operand must run (`BTP_E2E_REAL_OPERAND=1`): its webhooks
+    /// guard every ServiceInstance/ServiceBinding write.
+    pub async fn play_operand(&self, removes_finalizers: bool) -> OperandDouble {
+        match self.server() {
+            Some(server) => OperandDouble {
+                _webhooks: Some(operand::serve_webhooks(server, &self.client).await),
+                finalizers: removes_finalizers.then(|| operand::spawn_finalizer_remover(self.client.clone(), 16)),
+            },
+            None => {
+                assert!(
+                    std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1"),
+                    "on a real cluster this test needs the real operand (BTP_E2E_REAL_OPERAND=1): its webhooks \
+                     guard every ServiceInstance and ServiceBinding write"
+                );
+                OperandDouble {
+                    _webhooks: None,
+                    finalizers: None,
+                }
+            }
         }
     }
 
@@ -228,6 +271,46 @@ impl Env {
     }
 }
 
+/// The operand stand-in of [`Env::play_operand`]; dropping it stops it.
+pub struct OperandDouble {
+    _webhooks: Option<tokio::sync::oneshot::Sender<()>>,
+    finalizers: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for OperandDouble {
+    fn drop(&mut self) {
+        if let Some(task) = self.finalizers.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The manager's reconciler with the real module resources and network policies.
+fn spawn_manager(
+    client: &kube::Client,
+    config: Config,
+) -> (
+    Arc<Context>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let module = resources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")).unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = ReconcileMetrics::register(&mut registry);
+    let policies = btp_manager::reconciler::network_policies::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("manager-resources"),
+    )
+    .unwrap();
+    let ctx = Arc::new(
+        Context::new(client.clone(), config, module, IMAGE.into(), None, metrics).with_network_policies(policies),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(reconciler::run(ctx.clone(), async move {
+        let _ = stopped.await;
+    }));
+    (ctx, stop, task)
+}
+
 /// Leave a real cluster as the test found it: the CRs (finalizers removed), the required Secret and config
 /// ConfigMap, what the tests add by hand, everything labelled managed-by=btp-manager, and what we created.
 async fn cleanup(client: &kube::Client, created_crd: bool, created_kyma_system: bool, namespaces: &[String]) {
@@ -291,6 +374,43 @@ async fn cleanup(client: &kube::Client, created_crd: bool, created_kyma_system: 
                 .delete_collection(&DeleteParams::default(), &managed)
                 .await
                 .map(|_| ()));
+        }
+    }
+    // ServiceInstances/ServiceBindings a test left: the operand's webhooks go first (no operand answers them
+    // after a test), then the finalizers, then the objects.
+    for (kind, name) in [
+        (
+            "MutatingWebhookConfiguration",
+            "sap-btp-operator-mutating-webhook-configuration",
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            "sap-btp-operator-validating-webhook-configuration",
+        ),
+    ] {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind));
+        ok(Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .delete(name, &DeleteParams::default())
+            .await
+            .map(|_| ()));
+    }
+    for kind in ["ServiceBinding", "ServiceInstance"] {
+        let all: Api<DynamicObject> = Api::all_with(client.clone(), &operand::services(kind));
+        for obj in all
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let ns = obj.metadata.namespace.clone().unwrap_or_default();
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &operand::services(kind));
+            let unfinalize = serde_json::json!({"metadata": {"finalizers": null}});
+            ok(api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalize))
+                .await
+                .map(|_| ()));
+            ok(api.delete(&name, &DeleteParams::default()).await.map(|_| ()));
         }
     }
     let cluster = [

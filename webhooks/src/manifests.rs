@@ -94,10 +94,7 @@ impl WebhookManifests {
     }
 
     fn labels() -> BTreeMap<String, String> {
-        BTreeMap::from([
-            (names::MANAGED_BY_LABEL.into(), names::MANAGED_BY_BTP_MANAGER.into()),
-            (names::MODULE_LABEL.into(), names::MODULE_NAME.into()),
-        ])
+        names::manager_labels()
     }
 
     fn btp_operator_rule(operations: &[&str]) -> RuleWithOperations {

@@ -20,7 +20,8 @@ pub type Request = kube::core::admission::AdmissionRequest<AdmittedObject>;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmittedObject {
-    /// Only `name`, `namespace`, `generateName`, `labels` and `finalizers` are filled in.
+    /// Only `name`, `namespace`, `generateName`, `labels`, `finalizers` and, of the annotations,
+    /// `operator.kyma-project.io/operation` are filled in.
     #[serde(default, deserialize_with = "lean_metadata")]
     pub metadata: ObjectMeta,
     /// A Secret's `data` (base64 values); values are kept as JSON so that a malformed one is reported,
@@ -45,6 +46,40 @@ struct LeanMetadata {
     labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
     finalizers: Option<Vec<String>>,
+    #[serde(default)]
+    annotations: OperationAnnotation,
+}
+
+/// Of the annotations, only `operator.kyma-project.io/operation` (the rules need nothing else; others, such
+/// as kubectl's last-applied-configuration, can be large and are skipped without allocating).
+#[derive(Default)]
+struct OperationAnnotation(Option<String>);
+
+impl<'de> Deserialize<'de> for OperationAnnotation {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = OperationAnnotation;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of annotations")
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OperationAnnotation(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut found = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == btp_api::names::OPERATION_ANNOTATION {
+                        found = Some(map.next_value::<String>()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(OperationAnnotation(found))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
@@ -55,6 +90,10 @@ fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error
         generate_name: m.generate_name,
         labels: m.labels,
         finalizers: m.finalizers,
+        annotations: m
+            .annotations
+            .0
+            .map(|v| BTreeMap::from([(btp_api::names::OPERATION_ANNOTATION.to_string(), v)])),
         ..ObjectMeta::default()
     })
     .unwrap_or_default())

@@ -176,8 +176,10 @@ fn validate_btp_operator(req: &Request, config: &RulesConfig, counts: Option<&Se
         Operation::Delete if needs_service_counts(req, config) => {
             let warning = match counts {
                 Some(Ok(c)) if c.instances + c.bindings > 0 => Some(format!(
-                    "deletion of {}/{} stays blocked until {} ServiceInstance(s) and {} ServiceBinding(s) are \
-                     removed; label the BtpOperator with {}=true to have them deleted",
+                    "{}/{} stays in deletion (Warning/ServiceInstancesAndBindingsNotCleaned) while {} \
+                     ServiceInstance(s) and {} ServiceBinding(s) exist; the SAP BTP service operator keeps running \
+                     meanwhile, and BTP Manager removes it as soon as the last one is gone. To have BTP Manager \
+                     delete them (and their resources in SAP BTP), label the BtpOperator {}=true",
                     names::KYMA_SYSTEM,
                     names::BTP_OPERATOR_NAME,
                     c.instances,
@@ -186,8 +188,8 @@ fn validate_btp_operator(req: &Request, config: &RulesConfig, counts: Option<&Se
                 )),
                 Some(Ok(_)) => None,
                 Some(Err(why)) => Some(format!(
-                    "could not count ServiceInstances and ServiceBindings ({why}); deletion stays blocked while \
-                     any exist unless the BtpOperator is labelled {}=true",
+                    "could not count ServiceInstances and ServiceBindings ({why}); if any exist, the deletion waits \
+                     until they are gone, unless the BtpOperator is labelled {}=true",
                     names::FORCE_DELETE_LABEL,
                 )),
                 None => None,
@@ -303,7 +305,7 @@ fn validate_secret(req: &Request, config: &RulesConfig) -> Verdict {
 pub fn mutate(req: &Request, config: &RulesConfig) -> Verdict {
     let patch = match (subject(req, config), &req.operation, req.object.as_ref()) {
         (Subject::BtpOperator, Operation::Create, Some(obj))
-            if is_valid_btp_operator(req.namespace.as_deref(), &req.name) =>
+            if is_valid_btp_operator(req.namespace.as_deref(), &req.name) && !is_ignored(obj) =>
         {
             add_finalizer(obj)
         }
@@ -314,6 +316,16 @@ pub fn mutate(req: &Request, config: &RulesConfig) -> Verdict {
         patch,
         ..Verdict::allow()
     }
+}
+
+/// `operator.kyma-project.io/operation: ignore`: the manager treats the CR as if it did not exist, so it gets
+/// no finalizer either.
+fn is_ignored(obj: &AdmittedObject) -> bool {
+    obj.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::OPERATION_ANNOTATION))
+        .is_some_and(|v| v == "ignore")
 }
 
 fn add_finalizer(obj: &AdmittedObject) -> Vec<PatchOperation> {

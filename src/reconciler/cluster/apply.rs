@@ -1,7 +1,7 @@
 //! Applying the module resources: outdated objects deleted, the operand's certificates decided (and
 //! regenerated when needed), network policies planned, everything server-side applied.
 
-use super::{ignoring_not_found, Cluster};
+use super::{ignoring_not_found, retrying, Cluster};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::network_policies;
@@ -50,12 +50,13 @@ impl Cluster<'_> {
     /// Delete outdated objects, prepare and server-side apply the module resources.
     pub async fn apply_module(
         &self,
+        cr: &btp_api::BtpOperator,
         module: &ModuleResources,
         credentials: &Credentials,
         policies_enabled: bool,
     ) -> Result<(), ApplyError> {
         self.delete_outdated(module).await?;
-        let certs = self.operand_certificates().await?;
+        let certs = self.operand_certificates(cr).await?;
         let policies = match network_policies::plan(&self.ctx.network_policies, policies_enabled) {
             network_policies::Plan::Apply(policies) => policies,
             network_policies::Plan::Remove => {
@@ -82,7 +83,8 @@ impl Cluster<'_> {
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         for obj in &objects {
             let (api, name) = self.dynamic_api(obj);
-            api.patch(&name, &params, &Patch::Apply(obj))
+            let patch = Patch::Apply(obj);
+            retrying(|| api.patch(&name, &params, &patch))
                 .await
                 .map_err(api_err(format!(
                     "applying {} {name}",
@@ -117,14 +119,15 @@ impl Cluster<'_> {
     pub async fn remove_network_policies(&self) -> Result<(), ApiError> {
         let api: Api<NetworkPolicy> = Api::namespaced(self.client(), &self.config.chart_namespace);
         let params = kube::api::ListParams::default().labels(&network_policies::managed_selector());
-        api.delete_collection(&DeleteParams::default(), &params)
+        let delete_params = DeleteParams::default();
+        retrying(|| api.delete_collection(&delete_params, &params))
             .await
             .map(|_| ())
             .map_err(api_err("removing network policies"))
     }
 
     /// The operand's certificate decision on what is in the cluster now: keep, new leaf, or new CA and leaf.
-    async fn operand_certificates(&self) -> Result<OperandCertificates, ApplyError> {
+    async fn operand_certificates(&self, cr: &btp_api::BtpOperator) -> Result<OperandCertificates, ApplyError> {
         use btp_certs::operand;
         let secrets: Api<Secret> = Api::namespaced(self.client(), &self.config.chart_namespace);
         let read = |name: &'static str| {
@@ -177,7 +180,7 @@ impl Cluster<'_> {
                 "webhook certificate"
             };
             tracing::info!(%decision, "regenerating the operand's {what}");
-            self.ctx.certificate_event(what, &decision).await;
+            self.ctx.certificate_event(cr, what, &decision).await;
         }
         Ok(OperandCertificates {
             secrets,

@@ -3,9 +3,12 @@
 
 mod apply;
 mod drift;
+mod removal;
+mod services;
 
 pub use apply::ApplyError;
 pub use drift::DriftObservation;
+pub use services::{services_resource, Counts, SERVICE_BINDING, SERVICE_INSTANCE};
 
 use super::context::Context;
 use super::error::{api_err, ApiError};
@@ -28,6 +31,37 @@ pub struct Cluster<'a> {
 pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+/// Whether a failure is worth retrying at once: the server was busy or failed internally, or the
+/// connection broke. Conflicts, refusals and invalid requests are not.
+pub fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => matches!(s.code, 429 | 500 | 502 | 503 | 504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Run an API call, retrying transient failures ([`is_transient`]) up to three times with a short pause
+/// (50, 100, 200 ms): a pass that removes dozens of objects must not fail, and start over, for one blip.
+pub async fn retrying<T, F, Fut>(mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut pause = std::time::Duration::from_millis(50);
+    let mut attempt = 0;
+    loop {
+        match call().await {
+            Err(e) if attempt < 3 && is_transient(&e) => {
+                attempt += 1;
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            result => return result,
+        }
+    }
 }
 
 /// NotFound is success: the object is gone either way.
@@ -65,8 +99,9 @@ impl<'a> Cluster<'a> {
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
+        let delete_params = DeleteParams::default();
         ignoring_not_found(
-            api.delete(name, &DeleteParams::default())
+            retrying(|| api.delete(name, &delete_params))
                 .await
                 .map_err(api_err(format!("deleting {what}"))),
         )
@@ -120,7 +155,10 @@ impl<'a> Cluster<'a> {
             action: action.into(),
             source: kube::Error::SerdeError(e),
         })?;
-        api.patch(&cr.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch))
+        let patch = Patch::<()>::Json(patch);
+        let patch_params = PatchParams::default();
+        let name = cr.name_any();
+        retrying(|| api.patch(&name, &patch_params, &patch))
             .await
             .map(|_| ())
             .map_err(api_err(action))

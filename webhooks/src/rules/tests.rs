@@ -161,6 +161,10 @@ fn delete_of_valid_cr_with_services_warns_with_counts_and_label() {
         "{w}"
     );
     assert!(w.contains("force-delete=true"), "{w}");
+    assert!(
+        w.contains("keeps running") && w.contains("as soon as the last one is gone"),
+        "{w}"
+    );
 }
 
 #[test]
@@ -416,6 +420,17 @@ fn finalizer_is_added_to_valid_cr_on_create_only() {
     let obj = cr("kyma-system", "btpoperator", json!({}), Value::Null);
     let update = request(BTP, "UPDATE", "kyma-system", "btpoperator", obj.clone(), obj);
     assert!(mutate(&update, &cfg()).patch.is_empty());
+}
+
+#[test]
+fn an_ignored_cr_gets_no_finalizer() {
+    let mut obj = cr("kyma-system", "btpoperator", json!({}), Value::Null);
+    obj["metadata"]["annotations"] = json!({(names::OPERATION_ANNOTATION): "ignore"});
+    let req = request(BTP, "CREATE", "kyma-system", "btpoperator", obj.clone(), Value::Null);
+    assert!(mutate(&req, &cfg()).patch.is_empty());
+    obj["metadata"]["annotations"] = json!({(names::OPERATION_ANNOTATION): "reconcile"});
+    let req = request(BTP, "CREATE", "kyma-system", "btpoperator", obj, Value::Null);
+    assert_eq!(mutate(&req, &cfg()).patch.len(), 1, "only ignore skips the finalizer");
 }
 
 #[test]

@@ -1,0 +1,240 @@
+//! Deprovisioning benchmark: a force-delete with many ServiceInstances and ServiceBindings.
+//!
+//! The embedded API server runs in this process, with a stand-in for the operand (its webhooks, served with
+//! the manager-issued certificate, and — for the hard delete — the removal of its finalizers, as the real
+//! operand does after cleaning up in SAP BTP). The manager runs as its own process (`btp-manager run`), so
+//! its peak memory (VmHWM) is its own.
+//!
+//! Prints, for `BTP_BENCH_SERVICES` instances and as many bindings (default 10,000 each) spread over
+//! `BTP_BENCH_NAMESPACES` namespaces (default 100):
+//! 1. hard delete: time from `kubectl delete` (with `force-delete=true`) until the CR is gone, and the
+//!    manager's peak RSS;
+//! 2. soft delete: the same when the operand never removes its finalizers (`--hard-delete-timeout 1s`, so
+//!    the time includes that second).
+//!
+//! Run: `cargo bench -p btp-manager --bench deprovisioning`.
+
+#[path = "../tests/common/operand.rs"]
+mod operand;
+
+use btp_api::{names, BtpOperator};
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// The manager process; killed when dropped.
+struct Manager(Child);
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Manager {
+    fn start(kubeconfig: &std::path::Path, extra: &[&str]) -> Self {
+        let webhook = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("KUBECONFIG", kubeconfig)
+            .env(
+                "SAP_BTP_SERVICE_OPERATOR",
+                "example.test/sap-btp-service-operator:v0.11.10",
+            )
+            .env("RUST_LOG", "warn")
+            .args(["run", "--webhook-bind-address"])
+            .arg(format!("127.0.0.1:{webhook}"))
+            .arg("--metrics-bind-address")
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .arg("--health-probe-bind-address")
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start btp-manager run");
+        Manager(child)
+    }
+
+    /// Peak resident memory so far, in MiB.
+    fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    }
+}
+
+async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < end, "timed out after {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One run: returns (time from delete to gone, manager peak RSS in MiB).
+async fn run(services: usize, namespaces: usize, operand_removes_finalizers: bool) -> (Duration, f64) {
+    let server = btp_apiserver::ApiServer::start(btp_apiserver::Config::default())
+        .await
+        .expect("API server");
+    let client = server.client().await;
+    let dir = std::env::temp_dir().join(format!("btp-bench-deprovision-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("kubeconfig");
+
+    // Namespaces, the CRDs, and the services (before the operand's webhooks exist, to keep setup fast).
+    for ns in std::iter::once(names::KYMA_SYSTEM.to_string()).chain((0..namespaces).map(|i| format!("team-{i}"))) {
+        let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("namespace");
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
+        .await
+        .expect("BtpOperator CRD");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/module-resources/apply/crd.yml"))
+        .expect("operand CRDs");
+    for doc in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).expect("CRD YAML") {
+        crds.create(&PostParams::default(), &doc).await.expect("operand CRD");
+    }
+    let started = Instant::now();
+    futures::stream::iter(0..services)
+        .map(|i| {
+            let client = client.clone();
+            async move {
+                let ns = format!("team-{}", i % namespaces);
+                let si = operand::service_instance(&ns, &format!("si-{i}"));
+                let sb = operand::service_binding(&ns, &format!("sb-{i}"), None);
+                Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &operand::services("ServiceInstance"))
+                    .create(&PostParams::default(), &si)
+                    .await?;
+                Api::<DynamicObject>::namespaced_with(client, &ns, &operand::services("ServiceBinding"))
+                    .create(&PostParams::default(), &sb)
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await
+        .expect("create services");
+    eprintln!(
+        "  created {services} ServiceInstances and {services} ServiceBindings in {:.1?}",
+        started.elapsed()
+    );
+
+    // The manager, the credentials, the CR: Ready.
+    btp_apiserver::spawn_deployment_controller(client.clone());
+    let extra: &[&str] = if operand_removes_finalizers {
+        &[]
+    } else {
+        &["--hard-delete-timeout", "1s"]
+    };
+    let manager = Manager::start(&kubeconfig, extra);
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM,
+                     "labels": {"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}},
+        "stringData": {"clientid": "id", "clientsecret": "secret", "sm_url": "https://sm.example.com",
+                       "tokenurl": "https://auth.example.com", "cluster_id": "cluster-1"}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let mut cr = BtpOperator::new(names::BTP_OPERATOR_NAME);
+    cr.metadata.labels = Some([(names::FORCE_DELETE_LABEL.to_string(), "true".to_string())].into());
+    // The manager's webhooks come up with it: retry the create until they answer.
+    eventually(Duration::from_secs(30), "the CR is created", || async {
+        crs.create(&PostParams::default(), &cr).await.is_ok()
+    })
+    .await;
+    eventually(Duration::from_secs(60), "the CR is Ready", || async {
+        crs.get(names::BTP_OPERATOR_NAME)
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .is_some_and(|s| s.state == btp_api::State::Ready)
+    })
+    .await;
+    let _webhooks = operand::serve_webhooks(&server, &client).await;
+    let remover = operand_removes_finalizers.then(|| operand::spawn_finalizer_remover(client.clone(), 32));
+
+    let started = Instant::now();
+    crs.delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
+        .await
+        .expect("delete the CR");
+    eventually(Duration::from_secs(600), "the CR is gone", || async {
+        matches!(crs.get_opt(names::BTP_OPERATOR_NAME).await, Ok(None))
+    })
+    .await;
+    let took = started.elapsed();
+    let rss = manager.peak_rss_mib();
+    drop(manager);
+    if let Some(r) = remover {
+        r.abort();
+    }
+    let left = {
+        let mut n = 0;
+        for kind in ["ServiceInstance", "ServiceBinding"] {
+            let all: Api<DynamicObject> = Api::all_with(client.clone(), &operand::services(kind));
+            n += all
+                .list_metadata(&Default::default())
+                .await
+                .map_or(0, |l| l.items.len());
+        }
+        n
+    };
+    assert_eq!(left, 0, "every ServiceInstance and ServiceBinding is gone");
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await;
+    (took, rss)
+}
+
+fn main() {
+    let services = env_usize("BTP_BENCH_SERVICES", 10_000);
+    let namespaces = env_usize("BTP_BENCH_NAMESPACES", 100).max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!("deprovisioning: {services} ServiceInstances + {services} ServiceBindings over {namespaces} namespaces");
+    let (hard, hard_rss) = rt.block_on(run(services, namespaces, true));
+    println!(
+        "  force-delete, hard delete (operand removes its finalizers): {:.2} s, manager peak RSS {:.1} MiB",
+        hard.as_secs_f64(),
+        hard_rss
+    );
+    let (soft, soft_rss) = rt.block_on(run(services, namespaces, false));
+    println!(
+        "  force-delete, soft delete (finalizers stay; HardDeleteTimeout 1 s): {:.2} s, manager peak RSS {:.1} MiB",
+        soft.as_secs_f64(),
+        soft_rss
+    );
+}

@@ -1,0 +1,166 @@
+//! Deprovisioning a deleted CR that carries our finalizer (decisions in [`super::deprovision_plan`]). Each
+//! pass continues where the last one stopped, so a manager restarted at any point finishes the job: the
+//! status says whether the soft delete was reached, and every step is idempotent.
+
+use super::cluster::{Cluster, SERVICE_BINDING, SERVICE_INSTANCE};
+use super::context::Context;
+use super::deprovision_plan::{self as plan, HardDelete};
+use super::error::{ApiError, ReconcileError, Stop};
+use super::provision::{self, End};
+use super::requeue::Requeue;
+use super::status::Outcome;
+use super::status_writer::StatusWriter;
+use btp_api::{names, BtpOperator, Reason};
+use kube::runtime::controller::Action;
+use kube::ResourceExt as _;
+
+/// Deprovision `cr` (its `deletionTimestamp` is set).
+pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Action, ReconcileError> {
+    if !cr.finalizers().iter().any(|f| f == names::FINALIZER) {
+        // Not ours to finish (never provisioned, or already done).
+        ctx.end_deletion();
+        return Ok(Action::await_change());
+    }
+    // From here on, deletions of ServiceInstances and ServiceBindings wake the reconciler.
+    ctx.set_deleting(true);
+    let config = ctx.config();
+    let cluster = Cluster::new(ctx, &config);
+    match steps(ctx, &cluster, cr, status).await {
+        Ok(end) => {
+            if let Some(outcome) = &end.report {
+                status.set(outcome.clone()).await?;
+            }
+            if end.requeue == Requeue::Never {
+                tracing::info!("BtpOperator deprovisioned: finalizer removed");
+                ctx.end_deletion();
+            }
+            Ok(end.action(&config))
+        }
+        Err(Stop::Report(outcome)) if outcome.reason == Reason::ResourceRemovalFailed => {
+            // Restore the operand, report, and retry with backoff.
+            status.set(outcome.clone()).await?;
+            keep_operand(ctx, &cluster, cr).await;
+            Err(ReconcileError::Reported {
+                reason: outcome.reason,
+                message: outcome.message,
+            })
+        }
+        Err(Stop::Report(outcome)) => {
+            status.set(outcome.clone()).await?;
+            Ok(End::periodic(outcome).action(&config))
+        }
+        Err(Stop::Fail(e)) => Err(e),
+    }
+}
+
+async fn steps(
+    ctx: &Context,
+    cluster: &Cluster<'_>,
+    cr: &BtpOperator,
+    status: &mut StatusWriter<'_>,
+) -> Result<End, Stop> {
+    let config = ctx.config();
+    let uid = cr.uid().unwrap_or_default();
+    let mut soft = plan::soft_deleting(status.state(), status.reason()) || ctx.hard_delete_given_up(&uid);
+    if !soft {
+        if let Some(outcome) = plan::announce(status.state(), status.reason()) {
+            status.set(outcome).await?;
+        }
+        if !plan::force_delete(cr.labels()) {
+            if let Some(outcome) = plan::blocked(cluster.count_services().await?) {
+                // Blocked: the operand keeps running and stays healthy until the user decides.
+                keep_operand(ctx, cluster, cr).await;
+                return Ok(End::periodic(outcome));
+            }
+        }
+        if let Some(outcome) = plan::unblocked(status.reason()) {
+            status.set(outcome).await?;
+        }
+        match hard_delete(ctx, cluster, &uid).await {
+            Ok(HardDelete::Done) => {}
+            Ok(HardDelete::Wait(recheck)) => {
+                return Ok(End {
+                    report: None,
+                    requeue: Requeue::After(recheck),
+                })
+            }
+            Ok(HardDelete::GiveUp) => {
+                tracing::info!(timeout = ?config.hard_delete_timeout, "hard delete timed out: soft delete");
+                soft = true;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "hard delete failed: soft delete");
+                soft = true;
+            }
+        }
+    }
+    if soft {
+        ctx.give_up_hard_delete(&uid);
+        status
+            .set(Outcome::new(Reason::SoftDeleting, "Being soft deleted"))
+            .await?;
+        soft_delete(cluster).await?;
+    }
+    let (module, credentials_namespace) = (ctx.resources(), credentials_namespace(cluster, &config).await);
+    cluster
+        .remove_module_resources(&module, credentials_namespace.as_deref())
+        .await
+        .map_err(|e| Stop::Report(plan::removal_failed(&e.to_string())))?;
+    cluster.remove_finalizer(cr).await?;
+    Ok(End {
+        report: None,
+        requeue: Requeue::Never,
+    })
+}
+
+/// Delete every ServiceBinding, then every ServiceInstance (once per CR incarnation in this process), and
+/// judge what is left against `HardDeleteTimeout`.
+async fn hard_delete(ctx: &Context, cluster: &Cluster<'_>, uid: &str) -> Result<HardDelete, ApiError> {
+    let config = ctx.config();
+    let (since, begins) = ctx.hard_delete_clock(uid);
+    if begins {
+        tracing::info!("hard delete: deleting every ServiceBinding, then every ServiceInstance");
+        for kind in [SERVICE_BINDING, SERVICE_INSTANCE] {
+            cluster.delete_all_services(kind, config.delete_request_timeout).await?;
+        }
+    }
+    let left = cluster.any_service_left(SERVICE_BINDING).await? || cluster.any_service_left(SERVICE_INSTANCE).await?;
+    Ok(plan::hard_delete(
+        left,
+        since.elapsed(),
+        config.hard_delete_timeout,
+        config.hard_delete_check_interval,
+    ))
+}
+
+/// Soft delete, in the order that matters: the operand's workload and webhooks first (so that finalizer
+/// edits are not sent to a dead webhook), the network policies, then bindings (with their Secrets) and
+/// instances without their finalizers.
+async fn soft_delete(cluster: &Cluster<'_>) -> Result<(), Stop> {
+    let failed = |e: &dyn std::fmt::Display| Stop::Report(plan::removal_failed(&e.to_string()));
+    cluster.remove_operand_workload().await.map_err(|e| failed(&e))?;
+    cluster.remove_network_policies().await.map_err(|e| failed(&e))?;
+    for kind in [SERVICE_BINDING, SERVICE_INSTANCE] {
+        cluster.strip_services(kind).await.map_err(|e| failed(&e))?;
+    }
+    Ok(())
+}
+
+/// The credentials namespace the required Secret names, if it can be read and is valid.
+async fn credentials_namespace(cluster: &Cluster<'_>, config: &crate::config::Config) -> Option<String> {
+    provision::required_credentials(cluster, config)
+        .await
+        .ok()
+        .map(|(c, _)| c.credentials_namespace)
+}
+
+/// Keep (or put back) the operand as provisioning would, without touching the status; problems are logged.
+async fn keep_operand(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) {
+    match provision::converge(ctx, cluster, cr, None, Reason::ReconcileFailed).await {
+        Ok(_) => {}
+        Err(Stop::Report(outcome)) => {
+            tracing::info!(reason = %outcome.reason, detail = %outcome.message, "operand not kept during deletion")
+        }
+        Err(Stop::Fail(e)) => tracing::warn!(error = %e, "operand not kept during deletion"),
+    }
+}

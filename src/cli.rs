@@ -24,6 +24,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the BtpOperator CustomResourceDefinition (the source of deploy/crd.yaml).
     Crd,
+    /// Print the table of status reasons with what to do about each (the source of docs/status-reasons.md).
+    StatusReasons,
     /// Print the manager's own webhook configurations (the source of deploy/webhooks.yaml).
     WebhookManifests {
         /// Namespace of the manager's webhook Service.

@@ -7,6 +7,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crd => app::print_crd(),
+        Command::StatusReasons => {
+            print!("{}", btp_api::reason::status_reasons_markdown());
+            Ok(())
+        }
         Command::WebhookManifests { namespace } => app::print_webhook_manifests(&namespace),
         Command::Local(args) => {
             telemetry::init(telemetry::Audience::Console);

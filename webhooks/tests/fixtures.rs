@@ -1,5 +1,5 @@
 //! Every AdmissionReview recorded from a real kube-apiserver (`tests/fixtures/admission`), sent over TLS
-//! with HTTP/1.1 and with HTTP/2, gets the verdict, warnings and patch product.md implies.
+//! with HTTP/1.1 and with HTTP/2, gets the verdict, warnings and patch docs/behaviour.md#admission-webhooks implies.
 
 mod common;
 

@@ -1,9 +1,9 @@
 //! Start-up and wiring of the `run` command; generated artifacts (CRD, webhook manifests).
 
-use crate::cli::RunArgs;
+use crate::cli::{ReconcilerArgs, RunArgs};
 use crate::config::Config;
 use crate::reconciler::{self, metrics::ReconcileMetrics, network_policies, resources, Context};
-use crate::{ops, webhook_certs};
+use crate::{embedded, ops, webhook_certs};
 use anyhow::Context as _;
 use btp_api::names;
 use btp_webhooks::manifests::{Endpoint, WebhookManifests};
@@ -11,7 +11,7 @@ use btp_webhooks::metrics::WebhookMetrics;
 use btp_webhooks::tls::{server_config, CertDir, SwappableCert};
 use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
 use prometheus_client::registry::Registry;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -116,27 +116,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::default();
     let webhook_metrics = WebhookMetrics::register(&mut registry);
-    start_reconciler(&args, client.clone(), &mut registry, stop_rx.clone()).await?;
-    let registry = Arc::new(Mutex::new(registry));
+    let leader = args.leader_elect.then_some(args.namespace.as_str());
+    start_reconciler(&args.reconciler, leader, client.clone(), &mut registry, stop_rx.clone()).await?;
     let ready = ops::Readiness::default();
-    serve_plain(
+    serve_ops(
         args.metrics_bind_address,
-        ops::metrics_router(registry.clone()),
-        stopped(stop_rx.clone()),
-    )
-    .await?;
-    serve_plain(
         args.health_probe_bind_address,
-        ops::health_router(ready.clone()),
-        stopped(stop_rx.clone()),
+        registry,
+        ready.clone(),
+        &stop_rx,
     )
     .await?;
 
     let (endpoint, dns_names, ip_addresses) = webhook_endpoint(&args);
     let manifests = WebhookManifests {
         endpoint,
-        secret_namespace: args.chart_namespace.clone(),
-        secret_name: args.secret_name.clone(),
+        secret_namespace: args.reconciler.chart_namespace.clone(),
+        secret_name: args.reconciler.secret_name.clone(),
         ca_bundle: Vec::new(),
     };
     let cert: Arc<SwappableCert> = match &args.webhook.webhook_cert_dir {
@@ -165,8 +161,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let rules = RulesConfig {
-        secret_namespace: args.chart_namespace.clone(),
-        secret_name: args.secret_name.clone(),
+        secret_namespace: args.reconciler.chart_namespace.clone(),
+        secret_name: args.reconciler.secret_name.clone(),
     };
     let state =
         WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone()))).with_metrics(webhook_metrics);
@@ -204,15 +200,15 @@ pub async fn managed_webhook_certificate(
     Ok(cert)
 }
 
-/// The reconciler's configuration from the flags.
-pub fn config_from_args(args: &RunArgs) -> Config {
+/// The reconciler's configuration from the flags (no path: the empty path, the built-in copy).
+pub fn config_from_args(args: &ReconcilerArgs) -> Config {
     Config {
         chart_namespace: args.chart_namespace.clone(),
         secret_name: args.secret_name.clone(),
         config_name: args.config_name.clone(),
         deployment_name: args.deployment_name.clone(),
-        resources_path: args.resources_path.clone(),
-        manager_resources_path: args.manager_resources_path.clone(),
+        resources_path: args.resources_path.clone().unwrap_or_default(),
+        manager_resources_path: args.manager_resources_path.clone().unwrap_or_default(),
         processing_state_requeue_interval: args.processing_state_requeue_interval,
         ready_state_requeue_interval: args.ready_state_requeue_interval,
         ready_timeout: args.ready_timeout,
@@ -224,11 +220,14 @@ pub fn config_from_args(args: &RunArgs) -> Config {
     }
 }
 
-/// Lease name (reference §14.3).
+/// Lease name (docs/behaviour.md#leader-election), the Go manager's.
 pub const LEADER_LEASE: &str = "ec023d38.kyma-project.io";
 
+/// Load the module resources and network policies and start the reconciler in the background: at once,
+/// or, with `leader_namespace`, whenever this process holds the Lease there.
 pub async fn start_reconciler(
-    args: &RunArgs,
+    args: &ReconcilerArgs,
+    leader_namespace: Option<&str>,
     client: kube::Client,
     registry: &mut Registry,
     stop: watch::Receiver<bool>,
@@ -239,12 +238,16 @@ pub async fn start_reconciler(
         .filter(|i| !i.is_empty())
         .context("SAP_BTP_SERVICE_OPERATOR (or --operand-image) must name the operand image")?;
     let config = config_from_args(args);
-    let module = resources::load(&config.resources_path)
-        .with_context(|| format!("loading module resources from {}", config.resources_path.display()))?;
-    let policies = network_policies::load(&args.manager_resources_path).with_context(|| {
+    let module = resources::load(&config.resources_path).with_context(|| {
+        format!(
+            "loading module resources from {}",
+            embedded::describe(&config.resources_path)
+        )
+    })?;
+    let policies = network_policies::load(&config.manager_resources_path).with_context(|| {
         format!(
             "loading network policies from {}",
-            args.manager_resources_path.display()
+            embedded::describe(&config.manager_resources_path)
         )
     })?;
     let metrics = ReconcileMetrics::register(registry);
@@ -257,13 +260,13 @@ pub async fn start_reconciler(
         metrics,
     );
     let ctx = Arc::new(ctx.with_network_policies(policies));
-    if !args.leader_elect {
+    let Some(lease_namespace) = leader_namespace else {
         tokio::spawn(reconciler::run(ctx, stopped(stop)));
         return Ok(());
-    }
+    };
     let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
     let lease = kube_lease_manager::LeaseManagerBuilder::new(client, LEADER_LEASE)
-        .with_namespace(args.namespace.clone())
+        .with_namespace(lease_namespace.to_string())
         .with_identity(identity)
         .with_duration(15)
         .with_grace(5)
@@ -306,19 +309,39 @@ async fn lead_and_reconcile(
     }
 }
 
-/// Serve a plain-HTTP router in the background until `shutdown`.
+/// Serve `/metrics` (from `registry`) and `/healthz`, `/readyz` (from `ready`) in the background until
+/// `stop`; returns the bound addresses (port 0 binds a free port).
+pub async fn serve_ops(
+    metrics: SocketAddr,
+    health: SocketAddr,
+    registry: Registry,
+    ready: ops::Readiness,
+    stop: &watch::Receiver<bool>,
+) -> anyhow::Result<(SocketAddr, SocketAddr)> {
+    let registry = Arc::new(Mutex::new(registry));
+    let metrics = serve_plain(metrics, ops::metrics_router(registry), stopped(stop.clone()))
+        .await
+        .context("serving metrics")?;
+    let health = serve_plain(health, ops::health_router(ready), stopped(stop.clone()))
+        .await
+        .context("serving the health endpoints")?;
+    Ok((metrics, health))
+}
+
+/// Serve a plain-HTTP router in the background until `shutdown`; returns the bound address.
 async fn serve_plain(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     router: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
+    let bound = listener.local_addr().with_context(|| format!("binding {addr}"))?;
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-            tracing::error!(error = %e, %addr, "HTTP server failed");
+            tracing::error!(error = %e, addr = %bound, "HTTP server failed");
         }
     });
-    Ok(())
+    Ok(bound)
 }

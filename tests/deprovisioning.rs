@@ -595,3 +595,130 @@ async fn the_managers_own_deployment_rbac_services_webhooks_and_certificate_surv
     }
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_failed_removal_is_reported_the_operand_restored_and_the_deletion_retried() {
+    let env = ready_env(config()).await;
+    let Some(server) = env.server() else {
+        // Needs fault injection (the embedded API server).
+        env.stop().await;
+        return;
+    };
+    // Roles cannot be removed (say, RBAC was tightened by hand).
+    server.faults().fail(1.0, 403, Some("deletecollection"), Some("roles"));
+    delete_cr(&env).await;
+    let cr = env
+        .wait_for(
+            names::KYMA_SYSTEM,
+            names::BTP_OPERATOR_NAME,
+            State::Error,
+            "ResourceRemovalFailed",
+            Duration::from_secs(10),
+        )
+        .await;
+    let message = &cr.status.unwrap().conditions[0].message;
+    assert!(
+        message.starts_with("Unable to remove installed resources: removing Roles:"),
+        "names what failed: {message}"
+    );
+    // The operand is put back while the deletion waits for its retry.
+    let deployments = Api::<Deployment>::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    eventually(Duration::from_secs(5), "the operand is restored", || {
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .get_opt("sap-btp-operator-controller-manager")
+                .await
+                .unwrap()
+                .is_some()
+        }
+    })
+    .await;
+    // Retries back off: reporting the failure (a status write) must not bring the CR straight back. Over a
+    // 3 s window, backoff (1 s, 2 s, ...) allows a handful of passes; a retry loop would make hundreds.
+    let before = env.ctx.metrics.reconciles();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let passes = env.ctx.metrics.reconciles() - before;
+    assert!(
+        passes <= 6,
+        "{passes} reconciles in 3 s while the removal keeps failing"
+    );
+    server.faults().clear();
+    // The retry (with backoff: the first ones come within seconds) finishes the job.
+    wait_gone(&env, Duration::from_secs(20)).await;
+    assert_eq!(installed(&env).await, Vec::<String>::new());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_hard_delete_that_fails_goes_to_the_soft_delete() {
+    let env = ready_env(config()).await;
+    let Some(server) = env.server() else {
+        env.stop().await;
+        return;
+    };
+    let _operand = env.play_operand(true).await;
+    env.ensure_namespace("team-g").await;
+    create(&env, "team-g", &service_instance("team-g", "si-1")).await;
+    create(&env, "team-g", &service_binding("team-g", "sb-1", None)).await;
+    label_force_delete(&env).await;
+    // The delete requests of the hard delete are refused.
+    server
+        .faults()
+        .fail(1.0, 403, Some("deletecollection"), Some("servicebindings"));
+    delete_cr(&env).await;
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Deleting,
+        "SoftDeleting",
+        Duration::from_secs(10),
+    )
+    .await;
+    wait_gone(&env, Duration::from_secs(10)).await;
+    server.faults().clear();
+    assert_eq!(count_services(&env).await, 0);
+    assert_eq!(installed(&env).await, Vec::<String>::new());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn the_operand_secret_in_a_custom_credentials_namespace_is_removed_too() {
+    let env = Env::start(config(), true).await;
+    env.ensure_namespace("team-creds").await;
+    let mut creds = credentials();
+    creds["credentials_namespace"] = serde_json::json!("team-creds");
+    env.create_secret(creds, true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+    let moved = Api::<Secret>::namespaced(env.client.clone(), "team-creds");
+    assert!(moved.get_opt("sap-btp-service-operator").await.unwrap().is_some());
+    // A Secret of the user's with the same name elsewhere, without our labels, is not ours.
+    env.ensure_namespace("team-other").await;
+    let theirs: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-service-operator", "namespace": "team-other"}, "stringData": {"k": "v"}
+    }))
+    .unwrap();
+    let other = Api::<Secret>::namespaced(env.client.clone(), "team-other");
+    other.create(&PostParams::default(), &theirs).await.unwrap();
+
+    delete_cr(&env).await;
+    wait_gone(&env, Duration::from_secs(10)).await;
+    assert!(
+        moved.get_opt("sap-btp-service-operator").await.unwrap().is_none(),
+        "ours is removed"
+    );
+    assert!(
+        other.get_opt("sap-btp-service-operator").await.unwrap().is_some(),
+        "theirs stays"
+    );
+    assert_eq!(installed(&env).await, Vec::<String>::new());
+    env.stop().await;
+}

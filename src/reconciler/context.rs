@@ -37,6 +37,9 @@ pub struct Context {
     deleting: AtomicBool,
     /// Consecutive failed reconciles (for the error backoff); reset by a success.
     failures: AtomicU32,
+    /// When the retry of a failed reconcile is due; until then, changes of secondary objects do not
+    /// bring the CR back (a failing pass that restores the operand would otherwise trigger itself).
+    retry_at: Mutex<Option<Instant>>,
 }
 
 /// When the hard delete of one CR incarnation began, and whether it was given up (soft delete instead).
@@ -84,6 +87,7 @@ impl Context {
             hard_delete: Mutex::new(None),
             deleting: AtomicBool::new(false),
             failures: AtomicU32::new(0),
+            retry_at: Mutex::new(None),
         }
     }
 
@@ -229,6 +233,7 @@ impl Context {
     /// Record a reconcile's result; returns the consecutive failures so far.
     pub fn record_result(&self, ok: bool) -> u32 {
         if ok {
+            *clock_slot(&self.retry_at) = None;
             self.failures.store(0, Ordering::SeqCst);
             0
         } else {
@@ -239,5 +244,22 @@ impl Context {
     /// Consecutive failed reconciles.
     pub fn consecutive_failures(&self) -> u32 {
         self.failures.load(Ordering::SeqCst)
+    }
+
+    /// The retry of a failed reconcile is due after `delay`.
+    pub fn retry_after(&self, delay: std::time::Duration) {
+        *clock_slot(&self.retry_at) = Some(Instant::now() + delay);
+    }
+
+    /// Whether a failed reconcile waits for its retry (secondary watches do not trigger meanwhile).
+    pub fn backing_off(&self) -> bool {
+        clock_slot(&self.retry_at).is_some_and(|at| Instant::now() < at)
+    }
+}
+
+fn clock_slot(slot: &Mutex<Option<Instant>>) -> MutexGuard<'_, Option<Instant>> {
+    match slot.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
     }
 }

@@ -31,6 +31,7 @@ pub fn the_cr() -> ObjectRef<BtpOperator> {
 pub fn error_policy(_cr: Arc<BtpOperator>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let failures = ctx.consecutive_failures();
     let delay = requeue::error_backoff(failures, jitter());
+    ctx.retry_after(delay);
     tracing::warn!(error = %error, failures, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -109,7 +110,7 @@ fn service_deletions(
         .backoff(QuickRetry::default())
         .filter_map(move |event| {
             let wake = match event {
-                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting(),
+                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting() && !ctx.backing_off(),
                 Ok(_) => false,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "service watch");
@@ -141,6 +142,28 @@ impl Backoff for QuickRetry {
     }
 }
 
+/// The mapper of a secondary watch: any change brings the CR back, except while a failed pass waits for
+/// its retry (the retry is scheduled; a pass that restores the operand must not re-trigger itself).
+fn waker<T>(ctx: &Arc<Context>) -> impl Fn(T) -> Option<ObjectRef<BtpOperator>> + Send + Sync + 'static {
+    let ctx = ctx.clone();
+    move |_| (!ctx.backing_off()).then(the_cr)
+}
+
+/// A hash of what a reconcile reads from the CR besides its status: identity, generation, labels,
+/// annotations, finalizers and deletion. Status-only updates hash the same and are filtered out.
+pub fn everything_but_status(cr: &BtpOperator) -> Option<u64> {
+    use std::hash::{Hash as _, Hasher as _};
+    let meta = &cr.metadata;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.uid.hash(&mut h);
+    meta.generation.hash(&mut h);
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()).hash(&mut h);
+    Some(h.finish())
+}
+
 /// Run the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     let config = ctx.config();
@@ -148,16 +171,26 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     let (trigger, triggered) = futures::channel::mpsc::unbounded();
     let config_task = tokio::spawn(follow_config(ctx.clone(), config.clone(), trigger));
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
-    Controller::new(Api::<BtpOperator>::all(client.clone()), watcher::Config::default())
+
+    // The CR, without the updates that change only its status: the manager's own status writes must not
+    // bring it back (that would bypass the error backoff: a failing pass that reports its failure would
+    // otherwise run again at once, forever).
+    let (reader, writer) = kube::runtime::reflector::store();
+    let crs = watcher::watcher(Api::<BtpOperator>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(everything_but_status, kube::runtime::PredicateConfig::default());
+    Controller::for_stream(crs, reader)
         .watches(
             Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
             by_name(&config.secret_name),
-            |_| Some(the_cr()),
+            waker(&ctx),
         )
         .watches(
             Api::<Deployment>::namespaced(client.clone(), &config.chart_namespace),
             by_name(&config.deployment_name),
-            |_| Some(the_cr()),
+            waker(&ctx),
         )
         // Everything we put in the chart namespace (cert Secrets, the operand Secret): edits are reverted.
         .watches(
@@ -167,24 +200,24 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
                 names::MANAGED_BY_LABEL,
                 names::MANAGED_BY_BTP_MANAGER
             )),
-            |_| Some(the_cr()),
+            waker(&ctx),
         )
         // Our network policies: edits and deletions are reverted.
         .watches(
             Api::<NetworkPolicy>::namespaced(client.clone(), &config.chart_namespace),
             watcher::Config::default().labels(&network_policies::managed_selector()),
-            |_| Some(the_cr()),
+            waker(&ctx),
         )
         // The operand's webhook configurations: a changed caBundle is put back at once.
         .watches(
             Api::<MutatingWebhookConfiguration>::all(client.clone()),
             by_name(btp_certs::operand::MUTATING_WEBHOOK_CONFIGURATION),
-            |_| Some(the_cr()),
+            waker(&ctx),
         )
         .watches(
             Api::<ValidatingWebhookConfiguration>::all(client.clone()),
             by_name(btp_certs::operand::VALIDATING_WEBHOOK_CONFIGURATION),
-            |_| Some(the_cr()),
+            waker(&ctx),
         )
         .reconcile_on(triggered)
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
@@ -198,4 +231,46 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
         })
         .await;
     config_task.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_status_changes_are_filtered_out() {
+        let base: BtpOperator = serde_json::from_value(serde_json::json!({
+            "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+            "metadata": {"name": "btpoperator", "namespace": "kyma-system", "uid": "u1", "generation": 1,
+                         "resourceVersion": "1", "finalizers": ["operator.kyma-project.io/btp-manager"]},
+        }))
+        .unwrap();
+        let h = everything_but_status(&base);
+        let mut status = base.clone();
+        status.status = Some(btp_api::BtpOperatorStatus {
+            state: btp_api::State::Error,
+            conditions: vec![],
+        });
+        status.metadata.resource_version = Some("2".into());
+        assert_eq!(everything_but_status(&status), h, "a status write is not a trigger");
+        let changed = |f: &dyn Fn(&mut BtpOperator)| {
+            let mut cr = base.clone();
+            f(&mut cr);
+            everything_but_status(&cr) != h
+        };
+        assert!(changed(
+            &|cr| cr.metadata.labels = Some([("force-delete".into(), "true".into())].into())
+        ));
+        assert!(changed(
+            &|cr| cr.metadata.annotations = Some([("a".into(), "b".into())].into())
+        ));
+        assert!(changed(&|cr| cr.metadata.finalizers = None));
+        assert!(changed(&|cr| cr.metadata.generation = Some(2)));
+        assert!(changed(&|cr| cr.metadata.uid = Some("u2".into())));
+        assert!(changed(&|cr| {
+            cr.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::UNIX_EPOCH,
+            ))
+        }));
+    }
 }

@@ -1,4 +1,4 @@
-//! The required credentials Secret (reference §6.1, §8.3), as a pure check.
+//! The required credentials Secret (docs/behaviour.md#credentials-secret-validation, #preparation), as a pure check.
 //!
 //! Messages list keys and names, never a value.
 

@@ -1,4 +1,4 @@
-//! Deprovisioning decisions (reference §11 with product.md's fixes), pure. The flow in `deprovision.rs`
+//! Deprovisioning decisions (docs/behaviour.md#deprovisioning with this project's fixes), pure. The flow in `deprovision.rs`
 //! reads the cluster, asks these functions what to do, and does it.
 //!
 //! The stages of a deleted CR that carries our finalizer:

@@ -1,4 +1,4 @@
-//! Credentials drift: cluster ID and credentials namespace (reference §9, §7 step 2), as pure decisions.
+//! Credentials drift: cluster ID and credentials namespace (docs/behaviour.md#credentials-drift, #ready-state-check), as pure decisions.
 //!
 //! The operand (SAP BTP service operator) remembers two things the required Secret `sap-btp-manager`
 //! configures: the **credentials namespace** (where its Secret `sap-btp-service-operator` lives, and its
@@ -12,7 +12,7 @@
 //!
 //! # How the API layer uses it
 //!
-//! **Processing** (reference §6.2 steps 2–8):
+//! **Processing** (docs/behaviour.md#provisioning-steps steps 2–8):
 //! 1. *Observe* (`before`): list the Secrets labelled `app.kubernetes.io/managed-by=btp-manager` named
 //!    [`OPERAND_SECRET`] (their namespaces), the annotation [`PREVIOUS_CREDENTIALS_NAMESPACE_ANNOTATION`] of the
 //!    required Secret, the ConfigMap's [`CLUSTER_ID_CONFIGMAP_KEY`]; then, in [`operand_namespace`]`(creds,
@@ -28,12 +28,12 @@
 //!    (`operand_namespace(creds, &before)`), the operand Secrets, the operand pod.
 //! 5. [`after_apply`]: delete what the change invalidated (failure ⇒ `ResourceRemovalFailed`).
 //!
-//! **Ready** (reference §7): observe (the operand Secrets, the annotation and the ConfigMap suffice) and call
+//! **Ready** (docs/behaviour.md#ready-state-check): observe (the operand Secrets, the annotation and the ConfigMap suffice) and call
 //! [`ready_state_drift`] first. `Some(outcome)` ⇒ write that `Processing` status and run no re-apply in the
 //! Ready flow: the Processing flow above resolves the drift (in the same pass, under the one-pass design, or
 //! the next one). `None` ⇒ continue with the Ready-state re-apply.
 //!
-//! Everything here handles namespace names and cluster IDs only; the reference puts both in status messages,
+//! Everything here handles namespace names and cluster IDs only; the Go manager puts both in status messages,
 //! so they are not secret. No credential value (`clientid`, `clientsecret`, ...) is read or returned.
 
 use super::credentials::Credentials;
@@ -73,12 +73,12 @@ pub struct Observed {
     pub configmap_cluster_id: Option<String>,
     /// [`INITIAL_CLUSTER_ID_KEY`] of the Secret [`CLUSTER_ID_SECRET`] in [`operand_namespace`] (computed from the
     /// *before* observation): `None` when that Secret does not exist, `Some("")` when it exists without the key
-    /// or with an empty value (the reference then ignores its value but still deletes the Secret in §9.5).
+    /// or with an empty value (the Go manager then ignores its value but still deletes the Secret after the apply).
     pub clusterid_secret_value: Option<String>,
     /// The operand pod (the first pod labelled [`OPERAND_POD_LABEL`]=[`OPERAND_POD_LABEL_VALUE`] for which
     /// [`is_operand_pod`] holds): `None` when there is none. `Some(false)` exactly when its `Ready` condition has
     /// status `False`; `Some(true)` otherwise (`True`, `Unknown` or no `Ready` condition yet), because the
-    /// reference deletes a pod in §9.4 only on an explicit `Ready=False` (a crash-looping operand).
+    /// reference deletes a pod only on an explicit `Ready=False` (a crash-looping operand).
     pub operand_pod_ready: Option<bool>,
 }
 
@@ -86,7 +86,7 @@ pub struct Observed {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Actions {
     /// The value the annotation [`PREVIOUS_CREDENTIALS_NAMESPACE_ANNOTATION`] on the required Secret must hold
-    /// (write it unless it already does). Never removed once written (reference §9).
+    /// (write it unless it already does). Never removed once written (docs/behaviour.md#credentials-drift).
     pub annotate_previous_credentials_namespace: Option<String>,
     /// The value the annotation [`PREVIOUS_CLUSTER_ID_ANNOTATION`] on the required Secret must hold (write it
     /// unless it already does). Never removed once written.
@@ -107,15 +107,15 @@ impl Actions {
 }
 
 /// Whether a pod labelled [`OPERAND_POD_LABEL`]=[`OPERAND_POD_LABEL_VALUE`] is the operand pod: its name starts
-/// with [`OPERAND_POD_NAME_PREFIX`] and it runs in the chart namespace (reference §9.4). Of several, the API layer
-/// takes the first in list order, as the reference does.
+/// with [`OPERAND_POD_NAME_PREFIX`] and it runs in the chart namespace (docs/behaviour.md#credentials-drift). Of several, the API layer
+/// takes the first in list order, as the Go manager does.
 pub fn is_operand_pod(name: &str, namespace: &str, chart_namespace: &str) -> bool {
     name.starts_with(OPERAND_POD_NAME_PREFIX) && namespace == chart_namespace
 }
 
-/// The namespace of the "default credentials Secret" (reference §9.2): the operand's current credentials
+/// The namespace of the "default credentials Secret" (docs/behaviour.md#credentials-drift): the operand's current credentials
 /// namespace as far as the cluster shows it. Among [`Observed::operand_secret_namespaces`], the remembered
-/// previous namespace wins when present; otherwise the lexically lowest (byte order, as the reference's sort).
+/// previous namespace wins when present; otherwise the lexically lowest (byte order, as the Go manager's sort).
 /// `None` when there is no operand Secret anywhere.
 pub fn current_credentials_namespace(o: &Observed) -> Option<String> {
     let remembered = o
@@ -128,7 +128,7 @@ pub fn current_credentials_namespace(o: &Observed) -> Option<String> {
 }
 
 /// The operand's current credentials namespace, defaulting to the desired one when no operand Secret exists
-/// (reference §9.1 "initial assumption"). This is where the cluster-ID Secret is read, before *and* after the
+/// (docs/behaviour.md#credentials-drift "initial assumption"). This is where the cluster-ID Secret is read, before *and* after the
 /// apply, and where it is deleted.
 pub fn operand_namespace(creds: &Credentials, o: &Observed) -> String {
     current_credentials_namespace(o).unwrap_or_else(|| creds.credentials_namespace.clone())
@@ -144,7 +144,7 @@ fn clusterid_secret_value(o: &Observed) -> Option<&str> {
     o.clusterid_secret_value.as_deref().filter(|v| !v.is_empty())
 }
 
-/// The Ready-state configuration drift check (reference §7 step 2): the outcome to write, or `None` when the
+/// The Ready-state configuration drift check (docs/behaviour.md#ready-state-check): the outcome to write, or `None` when the
 /// operand still runs with what the required Secret says.
 ///
 /// 1. Credentials namespace: when an operand Secret exists ([`current_credentials_namespace`]) and its namespace
@@ -153,11 +153,11 @@ fn clusterid_secret_value(o: &Observed) -> Option<&str> {
 /// 2. Otherwise cluster ID: when the ConfigMap records a cluster ID that differs from the required Secret's
 ///    `cluster_id` ⇒ `Processing / ClusterIdChanged`, `cluster ID changed from <configmap> to <desired>`.
 ///
-/// Interpretation: the reference compares a *present* ConfigMap even when its `CLUSTER_ID` is missing or empty
+/// Interpretation: the Go manager compares a *present* ConfigMap even when its `CLUSTER_ID` is missing or empty
 /// (and would report "cluster ID changed from  to X"). Here an empty value means "no cluster ID recorded" and
-/// is no drift: the Processing flow would delete nothing for it either (§9.5 ignores an empty ConfigMap value),
+/// is no drift: the Processing flow would delete nothing for it either (the clean-up after the apply ignores an empty ConfigMap value),
 /// and the Ready-state re-apply restores the key, so the detour would only put an untrue message in the status.
-/// The cluster-ID Secret (§9.4) is not consulted in Ready state, as in the reference.
+/// The cluster-ID Secret is not consulted in Ready state, as in the Go manager.
 pub fn ready_state_drift(creds: &Credentials, o: &Observed) -> Option<Outcome> {
     if let Some(current) = current_credentials_namespace(o) {
         if current != creds.credentials_namespace {
@@ -179,21 +179,21 @@ pub fn ready_state_drift(creds: &Credentials, o: &Observed) -> Option<Outcome> {
     }
 }
 
-/// What to do before the apply in Processing (reference §9.2–§9.4).
+/// What to do before the apply in Processing (docs/behaviour.md#credentials-drift).
 ///
-/// * §9.2: when the operand's current credentials namespace differs from the desired one, remember it in
+/// * Credentials namespace: when the operand's current credentials namespace differs from the desired one, remember it in
 ///   [`Actions::annotate_previous_credentials_namespace`].
-/// * §9.3: when the ConfigMap records a cluster ID different from the desired one, remember the ConfigMap's
+/// * ConfigMap cluster ID: when the ConfigMap records a cluster ID different from the desired one, remember the ConfigMap's
 ///   value in [`Actions::annotate_previous_cluster_id`].
-/// * §9.4: when the cluster-ID Secret (in [`operand_namespace`]) has a non-empty `INITIAL_CLUSTER_ID` that
+/// * Cluster-ID Secret: when the cluster-ID Secret (in [`operand_namespace`]) has a non-empty `INITIAL_CLUSTER_ID` that
 ///   differs from the ConfigMap's cluster ID, the operand cannot start (it crash-loops on the mismatch):
-///   remember the Secret's value in [`Actions::annotate_previous_cluster_id`] (it overrides the §9.3 value: the
+///   remember the Secret's value in [`Actions::annotate_previous_cluster_id`] (it overrides the ConfigMap's value: the
 ///   reference writes both, in that order, so the Secret's value is what stays), delete that Secret, and delete
 ///   the operand pod only when it is not Ready (`Some(false)`); a Ready pod is left alone here.
 ///
-/// Interpretation (the reference is imprecise here): when the ConfigMap does not exist or records no cluster ID,
-/// §9.4 compares the cluster-ID Secret with the **desired** cluster ID, the value the apply is about to put in the
-/// ConfigMap. The reference compares with an unset value (the Go reconciler's leftover field, usually empty) and
+/// Interpretation (the Go manager is imprecise here): when the ConfigMap does not exist or records no cluster ID,
+/// the cluster-ID Secret step compares the cluster-ID Secret with the **desired** cluster ID, the value the apply is about to put in the
+/// ConfigMap. The Go manager compares with an unset value (the Go reconciler's leftover field, usually empty) and
 /// so deletes any such Secret; comparing with the desired ID still deletes a stale Secret (e.g. one left over
 /// from an earlier installation with another cluster ID) but keeps one that already matches.
 pub fn before_apply(creds: &Credentials, o: &Observed) -> Actions {
@@ -225,7 +225,7 @@ pub fn invalidated_by_apply(creds: &Credentials, before: &Observed) -> bool {
     namespace_changed || cluster_id_changed
 }
 
-/// What to delete after a successful apply in Processing (reference §9.5), so the operand restarts with the
+/// What to delete after a successful apply in Processing (docs/behaviour.md#cleanup-after-a-credentials-change), so the operand restarts with the
 /// new environment and recreates its cluster-ID Secret.
 ///
 /// Decided from `before` (the observation [`before_apply`] saw):
@@ -391,7 +391,7 @@ mod tests {
         assert_eq!(
             current_credentials_namespace(&secrets_in(&["b", "B", "a"])).as_deref(),
             Some("B"),
-            "byte order, as the reference's sort"
+            "byte order, as the Go manager's sort"
         );
         // The remembered one drives the drift decision.
         let c = creds("c-1", Some("alpha"));
@@ -507,7 +507,7 @@ mod tests {
         assert_eq!(
             a.annotate_previous_cluster_id.as_deref(),
             Some("c-0"),
-            "§9.4 writes after §9.3"
+            "the cluster-ID Secret step writes after the ConfigMap step"
         );
         assert_eq!(a.delete_clusterid_secret_in.as_deref(), Some("kyma-system"));
     }
@@ -576,7 +576,7 @@ mod tests {
             ..Actions::default()
         };
         assert_eq!(after_apply(&c, &steady(), &steady()), expected);
-        // ConfigMap equals the desired ID but the cluster-ID Secret disagreed (the §9.4 corner case).
+        // ConfigMap equals the desired ID but the cluster-ID Secret disagreed (the cluster-ID Secret corner case).
         let c = creds("c-1", None);
         let before = Observed {
             clusterid_secret_value: Some("bogus".into()),

@@ -1,5 +1,5 @@
 //! `controller_runtime_reconcile_time_seconds` and `controller_runtime_reconcile_total` with the
-//! controller-runtime names the reference's performance tests read (reference §14.1), and
+//! controller-runtime names the Go manager's performance tests read (docs/behaviour.md#metrics), and
 //! `btpmanager_certs_regenerations_total`.
 
 use super::ReconcileError;

@@ -1,4 +1,4 @@
-//! The operand's NetworkPolicies (reference §8.5, annotation §1.1): loading them from
+//! The operand's NetworkPolicies (docs/behaviour.md#network-policies, annotation: docs/behaviour.md#the-btpoperator-resource): loading them from
 //! `<ManagerResourcesPath>/network-policies/` and deciding whether they are applied or removed.
 //! Loading reads files; everything else is pure.
 //!
@@ -23,7 +23,7 @@ pub const KIND: &str = "NetworkPolicy";
 pub const API_VERSION: &str = "networking.k8s.io/v1";
 
 /// A policy shipped by older manager versions. It is deleted from the chart namespace on every reconcile
-/// (NotFound ignored), whether policies are enabled or not (reference §8.5 "Migration").
+/// (NotFound ignored), whether policies are enabled or not (docs/behaviour.md#network-policies "Migration").
 pub const LEGACY_POLICY: &str = "kyma-project.io--btp-operator-allow-to-webhook";
 
 /// Load every NetworkPolicy from `<manager_resources_path>/network-policies/*.yaml|*.yml`.
@@ -135,8 +135,8 @@ pub fn plan(policies: &[Value], enabled: bool) -> Plan {
 
 /// Label selector for deleting the manager's own NetworkPolicies (when disabled and on deprovisioning).
 ///
-/// The reference selects only `app.kubernetes.io/managed-by=btp-manager` (so unlabelled policies are
-/// untouched); product.md narrows deletion of managed objects to carry both that label and
+/// The Go manager selects only `app.kubernetes.io/managed-by=btp-manager` (so unlabelled policies are
+/// untouched); this project narrows deletion of managed objects to carry both that label and
 /// `kyma-project.io/module=btp-operator`, both of which preparation puts on every policy.
 pub fn managed_selector() -> String {
     format!(

@@ -124,7 +124,7 @@ async fn steps(
     })
 }
 
-/// The required Secret, validated (reference: `MissingSecret`, `InvalidSecret`).
+/// The required Secret, validated (`MissingSecret`, `InvalidSecret`).
 pub async fn required_credentials(
     cluster: &Cluster<'_>,
     config: &Config,

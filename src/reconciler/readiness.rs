@@ -1,4 +1,4 @@
-//! When the operand counts as ready, and the `ReadyTimeout` arithmetic (reference §8.6, with product.md's
+//! When the operand counts as ready, and the `ReadyTimeout` arithmetic (docs/behaviour.md#readiness, with the
 //! one-pass design: the reconcile never polls, it returns and the Deployment watch brings it back). Pure.
 
 use k8s_openapi::api::apps::v1::Deployment;

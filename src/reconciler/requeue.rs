@@ -1,4 +1,4 @@
-//! When a reconcile comes back by itself (reference §3.2), as a pure rule. Watches bring it back on every
+//! When a reconcile comes back by itself (docs/behaviour.md#watches-and-triggers), as a pure rule. Watches bring it back on every
 //! change that matters; these periodic requeues are the safety net (and how certificate expiry is noticed).
 //! A zero interval means "no periodic requeue", as upstream: no configuration can make the manager spin.
 

@@ -1,4 +1,4 @@
-//! Module resources (reference §8.1–§8.3): loading `module-resources/` and preparing the objects to apply.
+//! Module resources (docs/behaviour.md#module-resources, #preparation): loading `module-resources/` and preparing the objects to apply.
 //! Loading reads files; preparation is pure.
 
 use super::credentials::Credentials;

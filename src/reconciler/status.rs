@@ -1,4 +1,4 @@
-//! Status rules (reference §1.2, §5): one `Ready` condition, upserted by type, `lastTransitionTime`
+//! Status rules (docs/behaviour.md#the-btpoperator-resource, #status-protocol): one `Ready` condition, upserted by type, `lastTransitionTime`
 //! changed only when the condition status flips, `observedGeneration` = the CR's generation. Pure.
 
 use btp_api::{BtpOperatorStatus, Condition, Reason, State};

@@ -100,9 +100,16 @@ pub fn spawn_finalizer_remover(client: kube::Client, concurrency: usize) -> toki
                     .expect("a JSON patch");
                     let api: Api<DynamicObject> =
                         Api::namespaced_with((*client).clone(), &obj.namespace().unwrap_or_default(), &services(kind));
-                    let _ = api
-                        .patch(&obj.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch))
-                        .await;
+                    // Retried like a controller's requeue: the API may fail now and then.
+                    let patch = Patch::<()>::Json(patch);
+                    for _ in 0..10 {
+                        match api.patch(&obj.name_any(), &PatchParams::default(), &patch).await {
+                            Err(kube::Error::Api(s)) if s.code >= 429 => {
+                                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                            }
+                            _ => break,
+                        }
+                    }
                 }
             })
             .await;

@@ -4,7 +4,7 @@
 //! fails when the checked-in file drifts), and the manager applies it at start with the current CA in
 //! `caBundle`, pointing either at its Service (in a cluster) or at a URL (outside one).
 //!
-//! Choices (product.md §3):
+//! Choices (docs/behaviour.md#admission-webhooks):
 //! - narrow rules: BtpOperators on CREATE (and DELETE for the validating warning), Secrets on CREATE and
 //!   UPDATE only in the manager's namespace (`namespaceSelector`) and only the required Secret
 //!   (`matchConditions` on the name, so unrelated Secrets never leave the API server);

@@ -1,4 +1,4 @@
-//! The admission rules (product.md §3 "Admission"), as pure functions.
+//! The admission rules (docs/behaviour.md#admission-webhooks), as pure functions.
 //!
 //! Nothing here talks to the network: the handler gathers what a rule needs (the request and, for one
 //! rule, counts of ServiceInstances/ServiceBindings) and translates the [`Verdict`] into an
@@ -12,7 +12,7 @@ use kube::core::admission::Operation;
 use serde_json::{Map, Value};
 
 /// Where the rules look for the objects they guard. Mirrors the manager's `--chart-namespace` and
-/// `--secret-name`; the BtpOperator name and namespace are constants (reference §4).
+/// `--secret-name`; the BtpOperator name and namespace are constants (docs/behaviour.md#reconcile-dispatch).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RulesConfig {
     /// Namespace of the required credentials Secret.

@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// Enable leader election (only the leader reconciles; every replica serves webhooks).
     #[arg(long)]
     pub leader_elect: bool,
+    /// On SIGTERM: how long the webhooks keep answering after `/readyz` turned false (endpoints take a
+    /// moment to drop the pod). Reconciling stops and the Lease is released at once.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_drain_delay: std::time::Duration,
     /// Name of the runtime configuration ConfigMap (in --chart-namespace).
     #[arg(long, default_value = "sap-btp-manager")]
     pub config_name: String,
@@ -176,6 +180,7 @@ mod tests {
         assert_eq!(args.chart_namespace, "kyma-system");
         assert_eq!(args.secret_name, "sap-btp-manager");
         assert_eq!(args.webhook.webhook_key_algorithm, btp_certs::KeyAlgorithm::EcdsaP256);
+        assert_eq!(args.shutdown_drain_delay, std::time::Duration::from_secs(5));
         assert!(Cli::try_parse_from(["btp-manager", "run", "--webhook-key-algorithm", "dsa"]).is_err());
     }
 }

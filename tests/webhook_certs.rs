@@ -134,7 +134,11 @@ async fn publish_serves_the_leaf_and_puts_the_ca_bundle_in_both_configurations()
     let cert = SwappableCert::new(placeholder);
     manager.publish(&s, &cert).await.unwrap();
     let all = bundles(&client).await;
-    assert_eq!(all.len(), 4, "two webhooks in each configuration");
+    assert_eq!(
+        all.len(),
+        5,
+        "three validating webhooks (BtpOperator CREATE, DELETE, Secret), two mutating"
+    );
     for bundle in all {
         assert_eq!(bundle, s.ca_bundle().into_bytes());
     }
@@ -335,4 +339,83 @@ async fn the_api_server_refuses_a_misnamed_cr_and_an_incomplete_secret_through_o
         Some(&b"id"[..]),
         "trailing newline trimmed by the mutating webhook"
     );
+}
+
+/// The run loop watches the manager's own webhook configurations: a wiped caBundle and a foreign one are
+/// put back within 2 s, without waiting for the hourly re-check; a steady state writes nothing.
+#[tokio::test]
+async fn a_wiped_or_foreign_ca_bundle_is_restored_at_once() {
+    use kube::api::{Patch, PatchParams};
+    let (server, client) = api_server().await;
+    let manager = certs(&client, policy(), "https://127.0.0.1:1");
+    let s = manager.settle().await.unwrap();
+    let leaf = s.leaf.as_ref().unwrap();
+    let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    manager.publish(&s, &cert).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(certs(&client, policy(), "https://127.0.0.1:1").run(cert, async move {
+        let _ = stop_rx.await;
+    }));
+    let want = s.ca_bundle().into_bytes();
+    let all_ours = |client: kube::Client, want: Vec<u8>| async move {
+        let all = bundles(&client).await;
+        all.len() == 5 && all.iter().all(|b| *b == want)
+    };
+    wait_until(Duration::from_secs(5), "the run loop settled", || {
+        all_ours(client.clone(), want.clone())
+    })
+    .await;
+
+    // Settled: a further round (a watch event of our own) writes nothing.
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let name = btp_api::names::webhook::VALIDATING_CONFIGURATION;
+    let rv = validating.get(name).await.unwrap().metadata.resource_version;
+    manager
+        .publish(
+            &s,
+            &SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        validating.get(name).await.unwrap().metadata.resource_version,
+        rv,
+        "an unchanged configuration is not re-written"
+    );
+
+    // A real CA, but not ours: the API server's.
+    let foreign = server.ca_pem();
+    for (what, bundle) in [("wiped", None), ("foreign", Some(foreign))] {
+        let mut config = validating.get(name).await.unwrap();
+        for hook in config.webhooks.iter_mut().flatten() {
+            hook.client_config.ca_bundle = bundle.clone().map(|b| ByteString(b.into_bytes()));
+        }
+        validating.replace(name, &PostParams::default(), &config).await.unwrap();
+        let broken = bundles(&client).await;
+        assert!(broken.iter().any(|b| *b != want), "{what}: the edit took");
+        wait_until(Duration::from_secs(2), &format!("{what} caBundle restored"), || {
+            all_ours(client.clone(), want.clone())
+        })
+        .await;
+    }
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let wipe = serde_json::json!({"webhooks": [{"name": "mbtpoperator.operator.kyma-project.io", "clientConfig": {"caBundle": null}}]});
+    mutating
+        .patch(
+            btp_api::names::webhook::MUTATING_CONFIGURATION,
+            &PatchParams::default(),
+            &Patch::Strategic(&wipe),
+        )
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(2), "mutating caBundle restored", || {
+        all_ours(client.clone(), want.clone())
+    })
+    .await;
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("run loop stops")
+        .unwrap();
+    drop(server);
 }

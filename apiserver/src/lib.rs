@@ -119,6 +119,21 @@ impl RunningApiServer {
         c.default_namespace = "default".into();
         c
     }
+    /// A client that authenticates as `user` (e.g. `system:serviceaccount:kyma-system:btp-manager`),
+    /// with a token of its own. The server authorizes every user alike (there is no RBAC); the
+    /// request log records who sent each request, so tests can evaluate RBAC rules against it.
+    pub fn client_as(&self, user: &str) -> kube::Client {
+        let token = crate::util::new_token();
+        if let Ok(mut users) = self.state.users.write() {
+            users.insert(token.clone(), user.to_string());
+        }
+        let mut config = self.kube_config();
+        config.auth_info.token = Some(token.into());
+        match kube::Client::try_from(config) {
+            Ok(c) => c,
+            Err(e) => panic!("building a kube client for the embedded apiserver failed: {e}"),
+        }
+    }
     /// A connected client.
     pub async fn client(&self) -> kube::Client {
         match kube::Client::try_from(self.kube_config()) {

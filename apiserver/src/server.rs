@@ -19,6 +19,8 @@ pub(crate) struct State {
     pub store: Store,
     pub registry: Registry,
     pub token: String,
+    /// Further bearer tokens and the user each one authenticates (see `RunningApiServer::client_as`).
+    pub users: std::sync::RwLock<HashMap<String, String>>,
     pub faults: FaultInjector,
     pub log: RequestLog,
     pub service_map: ServiceMap,
@@ -43,6 +45,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         store: Store::new(config.history),
         registry: Registry::new(),
         token,
+        users: std::sync::RwLock::new(HashMap::new()),
         faults: FaultInjector::default(),
         log: RequestLog::default(),
         service_map: std::sync::RwLock::new(config.service_map.clone()),
@@ -257,6 +260,7 @@ pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
         subresource: String::new(),
         namespace: String::new(),
         name: String::new(),
+        user: String::new(),
         code: 0,
         changed: false,
     };
@@ -266,18 +270,28 @@ pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
     resp
 }
 
-fn authorized(st: &State, headers: &HeaderMap) -> bool {
-    headers
+/// The user a request authenticates as (the admin token is `system:admin`).
+fn authenticated(st: &State, headers: &HeaderMap) -> Option<String> {
+    let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t.trim() == st.token)
+        .and_then(|v| v.strip_prefix("Bearer "))?
+        .trim();
+    if token == st.token {
+        return Some(ADMIN_USER.to_string());
+    }
+    st.users.read().ok()?.get(token).cloned()
 }
+
+/// The user of the server's own token.
+pub(crate) const ADMIN_USER: &str = "system:admin";
 
 async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRecord) -> Response {
     let path = req.uri().path().to_string();
-    if !authorized(st, req.headers()) && !matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
-        return ApiError::unauthorized().into_response();
+    match authenticated(st, req.headers()) {
+        Some(user) => rec.user = user,
+        None if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") => {}
+        None => return ApiError::unauthorized().into_response(),
     }
     let q = crate::util::parse_query(req.uri().query());
     let (t, legacy_watch) = match route(st, &path) {

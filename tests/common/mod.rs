@@ -40,6 +40,26 @@ pub fn real_cluster() -> Option<String> {
     std::env::var("BTP_E2E_KUBECONFIG").ok().filter(|p| !p.is_empty())
 }
 
+/// How `Env::start_with` runs the manager.
+#[derive(Clone, Debug)]
+pub struct StartOptions {
+    /// On the embedded server: the user the manager's client authenticates as (its requests are logged
+    /// under that name); the harness keeps the admin client. None: one client for both.
+    pub manager_user: Option<String>,
+    /// Whether the harness runs the reconciler itself (false: the test starts the manager its own way,
+    /// e.g. through `app::spawn_reconciler` with leader election, using `Env::manager_client`).
+    pub reconcile: bool,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        Self {
+            manager_user: None,
+            reconcile: true,
+        }
+    }
+}
+
 async fn connect() -> (
     Option<RunningApiServer>,
     Option<tokio::sync::OwnedMutexGuard<()>>,
@@ -81,6 +101,8 @@ where
 pub struct Env {
     pub backend: Backend,
     pub client: kube::Client,
+    /// The client the manager uses (see `StartOptions::manager_user`).
+    pub manager_client: kube::Client,
     pub ctx: Arc<Context>,
     created_namespaces: std::sync::Mutex<Vec<String>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -91,7 +113,16 @@ impl Env {
     /// Embedded API server, kyma-system, the CRD, the manager's reconciler; `deployments_become_available`
     /// plays the Deployment controller.
     pub async fn start(config: Config, deployments_become_available: bool) -> Self {
+        Self::start_with(config, deployments_become_available, StartOptions::default()).await
+    }
+
+    /// As `start`, with the manager's identity and whether the harness runs the reconciler.
+    pub async fn start_with(config: Config, deployments_become_available: bool, options: StartOptions) -> Self {
         let (server, serial, client) = connect().await;
+        let manager_client = match (&server, &options.manager_user) {
+            (Some(server), Some(user)) => server.client_as(user),
+            _ => client.clone(),
+        };
         if server.is_none() {
             // A test that failed earlier could not clean up after itself (panics skip `stop`).
             cleanup(&client, false, false, &[]).await;
@@ -116,12 +147,15 @@ impl Env {
         )
         .unwrap();
         let ctx = Arc::new(
-            Context::new(client.clone(), config, module, IMAGE.into(), None, metrics).with_network_policies(policies),
+            Context::new(manager_client.clone(), config, module, IMAGE.into(), None, metrics)
+                .with_network_policies(policies),
         );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(reconciler::run(ctx.clone(), async move {
-            let _ = stopped.await;
-        }));
+        let task = options.reconcile.then(|| {
+            tokio::spawn(reconciler::run(ctx.clone(), async move {
+                let _ = stopped.await;
+            }))
+        });
         let backend = match (server, serial) {
             (Some(server), _) => Backend::Embedded(server),
             (None, serial) => Backend::Cluster {
@@ -134,9 +168,10 @@ impl Env {
             backend,
             created_namespaces: std::sync::Mutex::new(Vec::new()),
             client,
+            manager_client,
             ctx,
             stop: Some(stop),
-            task: Some(task),
+            task,
         }
     }
 

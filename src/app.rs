@@ -310,9 +310,6 @@ pub fn config_from_args(args: &RunArgs) -> Config {
 /// Lease name (reference §14.3).
 pub const LEADER_LEASE: &str = "ec023d38.kyma-project.io";
 
-/// Lease duration in seconds: a standby takes over a crashed leader's Lease after this long.
-pub const LEASE_DURATION_SECONDS: u64 = 15;
-
 /// Start the reconciler in the background (see [`spawn_reconciler`]).
 pub async fn start_reconciler(
     args: &RunArgs,
@@ -363,6 +360,7 @@ pub async fn spawn_reconciler(
         client,
         namespace: args.namespace.clone(),
         identity,
+        lease_duration: args.leader_election_lease_duration,
     };
     // The Lease must be readable (and creatable) before we say we started.
     election.manager().await.context("preparing leader election")?;
@@ -378,16 +376,19 @@ pub struct LeaderElection {
     pub namespace: String,
     /// This replica's identity (the pod name).
     pub identity: String,
+    /// How long the Lease lasts without renewal (`--leader-election-lease-duration`).
+    pub lease_duration: Duration,
 }
 
 impl LeaderElection {
     /// A fresh lease manager (it reads the Lease, creating it when absent).
     pub async fn manager(&self) -> Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError> {
+        let duration = self.lease_duration.as_secs().max(2);
         kube_lease_manager::LeaseManagerBuilder::new(self.client.clone(), LEADER_LEASE)
             .with_namespace(self.namespace.clone())
             .with_identity(self.identity.clone())
-            .with_duration(LEASE_DURATION_SECONDS)
-            .with_grace(5)
+            .with_duration(duration)
+            .with_grace(5.min(duration / 3))
             .build()
             .await
     }

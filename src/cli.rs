@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// Enable leader election (only the leader reconciles; every replica serves webhooks).
     #[arg(long)]
     pub leader_elect: bool,
+    /// How long a leader's Lease lasts without renewal: a standby takes over a crashed leader after this
+    /// long (a leader that shuts down releases it at once). Renewed 5 s (at most a third) before expiry.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_election_lease_duration: std::time::Duration,
     /// On SIGTERM: how long the webhooks keep answering after `/readyz` turned false (endpoints take a
     /// moment to drop the pod). Reconciling stops and the Lease is released at once.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]

@@ -112,6 +112,12 @@ fn get(ctx: &mut Ctx) -> ApiResult<Response> {
         .store
         .get(&ctx.gr(), ctx.t.ns(), &name)
         .ok_or_else(|| ctx.not_found(&name))?;
+    if wants_table(&ctx.headers) {
+        // `kubectl get <kind> <name>`: the same columns as the list.
+        let meta = json!({"resourceVersion": crate::util::rv_of(&obj).to_string()});
+        let table = table(&[present(&ctx.t, &obj)], meta, &table_columns(&ctx.t));
+        return Ok(ok_json(StatusCode::OK, &table));
+    }
     Ok(ok_json(StatusCode::OK, &present(&ctx.t, &obj)))
 }
 
@@ -185,12 +191,7 @@ fn list(ctx: &mut Ctx) -> ApiResult<Response> {
         meta["remainingItemCount"] = json!(remaining);
     }
     if wants_table(&ctx.headers) {
-        let cols = ctx
-            .t
-            .def
-            .version(&ctx.t.version)
-            .map(|v| v.columns.clone())
-            .unwrap_or_default();
+        let cols = table_columns(&ctx.t);
         return Ok(ok_json(StatusCode::OK, &table(&out, meta, &cols)));
     }
     let body = json!({
@@ -242,8 +243,26 @@ fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
-/// A `meta.k8s.io/v1` Table (what `kubectl get` asks for): Name, then the CRD's
-/// `additionalPrinterColumns` if it has any, else Age.
+/// The columns of `kubectl get` for a resource: a CRD's `additionalPrinterColumns`; for Deployments the
+/// built-in Ready (`ready/replicas`), Up-to-date, Available and Age; none (Name and Age) otherwise.
+pub(crate) fn table_columns(t: &Target) -> Vec<Value> {
+    if t.def.group == "apps" && t.def.plural == "deployments" {
+        return vec![
+            json!({"name": "Ready", "type": "string", "description": "Number of the pod with ready state",
+                   "x-btp-ratio": [".status.readyReplicas", ".spec.replicas"]}),
+            json!({"name": "Up-to-date", "type": "integer", "description": "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+                   "x-btp-default": 0, "jsonPath": ".status.updatedReplicas"}),
+            json!({"name": "Available", "type": "integer", "description": "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+                   "x-btp-default": 0, "jsonPath": ".status.availableReplicas"}),
+            json!({"name": "Age", "type": "string", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.",
+                   "x-btp-age": true}),
+        ];
+    }
+    t.def.version(&t.version).map(|v| v.columns.clone()).unwrap_or_default()
+}
+
+/// A `meta.k8s.io/v1` Table (what `kubectl get` asks for): Name, then `columns` (see [`table_columns`])
+/// if there are any, else Age.
 pub(crate) fn table(items: &[Value], list_meta: Value, columns: &[Value]) -> Value {
     let name_col = json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0});
     let mut defs = vec![name_col];
@@ -272,8 +291,7 @@ pub(crate) fn table(items: &[Value], list_meta: Value, columns: &[Value]) -> Val
                 cells.push(json!(age(meta_str(o, "creationTimestamp").unwrap_or(""))));
             } else {
                 for c in columns {
-                    let path = c.get("jsonPath").and_then(Value::as_str).unwrap_or("");
-                    cells.push(json_path(o, path).cloned().unwrap_or(Value::Null));
+                    cells.push(cell(o, c));
                 }
             }
             json!({
@@ -286,6 +304,22 @@ pub(crate) fn table(items: &[Value], list_meta: Value, columns: &[Value]) -> Val
         "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
         "columnDefinitions": defs, "rows": rows,
     })
+}
+
+fn cell(o: &Value, c: &Value) -> Value {
+    let number = |path: &str| json_path(o, path).and_then(Value::as_i64).unwrap_or(0);
+    if let Some([a, b]) = c.get("x-btp-ratio").and_then(Value::as_array).map(Vec::as_slice) {
+        let (a, b) = (a.as_str().unwrap_or(""), b.as_str().unwrap_or(""));
+        return json!(format!("{}/{}", number(a), number(b)));
+    }
+    if c.get("x-btp-age").is_some() {
+        return json!(age(meta_str(o, "creationTimestamp").unwrap_or("")));
+    }
+    let path = c.get("jsonPath").and_then(Value::as_str).unwrap_or("");
+    json_path(o, path)
+        .cloned()
+        .or_else(|| c.get("x-btp-default").cloned())
+        .unwrap_or(Value::Null)
 }
 
 fn parse_body(ctx: &Ctx) -> ApiResult<Value> {
@@ -356,16 +390,21 @@ fn validate_name(def: &ResourceDef, name: &str) -> ApiResult<()> {
 }
 
 /// 404 if the namespace does not exist, 403 if it is terminating.
-fn check_namespace(st: &State, ns: &str) -> ApiResult<()> {
+/// (As kube-apiserver's NamespaceLifecycle admission: reason Forbidden, cause NamespaceTerminating.)
+fn check_namespace(st: &State, ns: &str, resource: &str, name: &str) -> ApiResult<()> {
     let nso = st
         .store
         .get(&ns_gr(), "", ns)
         .ok_or_else(|| ApiError::not_found("", "namespaces", ns))?;
     if nso.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
         return Err(ApiError::forbidden(format!(
-            "unable to create new content in namespace {ns} because it is being terminated"
+            "{resource} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
         ))
-        .with_details(json!({"name": ns, "kind": "namespaces"})));
+        .with_details(json!({"name": name, "kind": resource, "causes": [{
+            "reason": "NamespaceTerminating",
+            "message": format!("namespace {ns} is being terminated"),
+            "field": "metadata.namespace",
+        }]})));
     }
     Ok(())
 }
@@ -460,6 +499,12 @@ fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
     Ok(())
 }
 
+/// Whether objects of this kind carry `metadata.generation` (a real API server sets it per kind; Secrets
+/// and ConfigMaps have none).
+fn tracks_generation(def: &ResourceDef) -> bool {
+    !(def.group.is_empty() && matches!(def.plural.as_str(), "secrets" | "configmaps"))
+}
+
 /// Everything except metadata and status (what `generation` tracks).
 fn spec_part(v: &Value) -> Map<String, Value> {
     v.as_object()
@@ -549,7 +594,7 @@ async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option<&str>) -> 
     }
     validate_name(&def, &name)?;
     if def.namespaced {
-        check_namespace(&ctx.st, &ns)?;
+        check_namespace(&ctx.st, &ns, &def.plural, &name)?;
     }
     let api_version = ctx.api_version();
     if let Some(m) = obj.as_object_mut() {
@@ -560,7 +605,11 @@ async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option<&str>) -> 
     if let Some(meta) = meta_mut(&mut obj) {
         meta.insert("uid".into(), json!(crate::util::new_uid()));
         meta.insert("creationTimestamp".into(), json!(now));
-        meta.insert("generation".into(), json!(1));
+        if tracks_generation(&def) {
+            meta.insert("generation".into(), json!(1));
+        } else {
+            meta.remove("generation");
+        }
         meta.remove("deletionTimestamp");
         meta.remove("deletionGracePeriodSeconds");
         meta.remove("resourceVersion");
@@ -698,7 +747,10 @@ fn internal_delete(st: &State, gr: &Gr, ns: &str, name: &str) {
     }
 }
 
-fn delete_namespace(st: &State, name: &str) -> ApiResult<Value> {
+/// `DELETE namespace`: marks it `Terminating` and returns; the namespace controller (a task here) deletes
+/// its content after `Config::namespace_termination_delay` and removes the namespace once it is empty,
+/// as a real cluster does a few seconds later. Meanwhile creates in it are refused (403).
+fn delete_namespace(st: &Arc<State>, name: &str) -> ApiResult<Value> {
     let mut marked = None;
     for _ in 0..MAX_RETRIES {
         let Some(old) = st.store.get(&ns_gr(), "", name) else {
@@ -716,6 +768,15 @@ fn delete_namespace(st: &State, name: &str) -> ApiResult<Value> {
         }
     }
     let marked = marked.ok_or_else(|| ApiError::internal("namespace update kept conflicting"))?;
+    let (st, ns) = (st.clone(), name.to_string());
+    tokio::spawn(async move {
+        tokio::time::sleep(st.namespace_termination_delay).await;
+        terminate_namespace(&st, &ns);
+    });
+    Ok((*marked).clone())
+}
+
+fn terminate_namespace(st: &State, name: &str) {
     for gr in st.store.resources_in_namespace(name) {
         let (items, _) = st.store.list(&gr, Some(name));
         for o in items {
@@ -723,11 +784,6 @@ fn delete_namespace(st: &State, name: &str) -> ApiResult<Value> {
         }
     }
     maybe_finish_namespace(st, name);
-    Ok(st
-        .store
-        .get(&ns_gr(), "", name)
-        .map(|v| (*v).clone())
-        .unwrap_or_else(|| (*marked).clone()))
 }
 
 /// Creates a namespace directly in the store (server start).
@@ -809,7 +865,7 @@ fn prepare_update(t: &Target, old: &Value, body: Value, manager: Option<&str>) -
         m.remove("selfLink");
     }
     defaults(t, &mut new)?;
-    if spec_part(old) != spec_part(&new) {
+    if tracks_generation(&t.def) && spec_part(old) != spec_part(&new) {
         let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
         new["metadata"]["generation"] = json!(g + 1);
     }

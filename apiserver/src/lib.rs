@@ -41,6 +41,9 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Address to listen on (port 0 = ephemeral).
     pub bind: SocketAddr,
+    /// How long a deleted namespace stays `Terminating` before its content is deleted (a real cluster's
+    /// namespace controller takes seconds; creates in it are refused meanwhile).
+    pub namespace_termination_delay: Duration,
 }
 
 impl Default for Config {
@@ -51,6 +54,7 @@ impl Default for Config {
             history: 10_000,
             bookmark_interval: Duration::from_secs(5),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            namespace_termination_delay: Duration::from_millis(500),
         }
     }
 }

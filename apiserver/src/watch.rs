@@ -58,12 +58,7 @@ impl W {
         let o = if typ == "ERROR" || typ == "BOOKMARK" {
             obj.clone()
         } else if self.table {
-            let cols = self
-                .t
-                .def
-                .version(&self.t.version)
-                .map(|v| v.columns.clone())
-                .unwrap_or_default();
+            let cols = crate::handlers::table_columns(&self.t);
             let mut t = table(&[present(&self.t, obj)], json!({}), &cols);
             t["metadata"] = json!({"resourceVersion": crate::util::rv_of(obj).to_string()});
             t

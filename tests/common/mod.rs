@@ -26,11 +26,7 @@ pub enum Backend {
     /// The embedded API server (default).
     Embedded(RunningApiServer),
     /// The cluster of `BTP_E2E_KUBECONFIG`; the guard keeps tests of this binary one at a time.
-    Cluster {
-        _serial: tokio::sync::OwnedMutexGuard<()>,
-        created_crd: bool,
-        created_kyma_system: bool,
-    },
+    Cluster { _serial: tokio::sync::OwnedMutexGuard<()> },
 }
 
 static SERIAL: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
@@ -125,12 +121,12 @@ impl Env {
         };
         if server.is_none() {
             // A test that failed earlier could not clean up after itself (panics skip `stop`).
-            cleanup(&client, false, false, &[]).await;
+            cleanup(&client, &[]).await;
         }
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}})).unwrap();
-        let created_kyma_system = ensure(&Api::<Namespace>::all(client.clone()), &ns).await;
-        let created_crd = ensure(
+        ensure(&Api::<Namespace>::all(client.clone()), &ns).await;
+        ensure(
             &Api::<CustomResourceDefinition>::all(client.clone()),
             &BtpOperator::crd().unwrap(),
         )
@@ -160,8 +156,6 @@ impl Env {
             (Some(server), _) => Backend::Embedded(server),
             (None, serial) => Backend::Cluster {
                 _serial: serial.expect("serial guard"),
-                created_crd,
-                created_kyma_system,
             },
         };
         Self {
@@ -251,21 +245,16 @@ impl Env {
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
-        if let Backend::Cluster {
-            created_crd,
-            created_kyma_system,
-            ..
-        } = &self.backend
-        {
+        if let Backend::Cluster { .. } = &self.backend {
             let namespaces = self.created_namespaces.lock().unwrap().clone();
-            cleanup(&self.client, *created_crd, *created_kyma_system, &namespaces).await;
+            cleanup(&self.client, &namespaces).await;
         }
     }
 }
 
 /// Leave a real cluster as the test found it: the CRs (finalizers removed), the required Secret and config
 /// ConfigMap, what the tests add by hand, everything labelled managed-by=btp-manager, and what we created.
-async fn cleanup(client: &kube::Client, created_crd: bool, created_kyma_system: bool, namespaces: &[String]) {
+async fn cleanup(client: &kube::Client, namespaces: &[String]) {
     use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
     let ok = |r: Result<(), kube::Error>| match r {
         Ok(()) | Err(kube::Error::Api(_)) => {}
@@ -343,21 +332,31 @@ async fn cleanup(client: &kube::Client, created_crd: bool, created_kyma_system: 
             .await
             .map(|_| ()));
     }
-    if created_crd {
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        ok(crds
-            .delete("btpoperators.operator.kyma-project.io", &DeleteParams::default())
-            .await
-            .map(|_| ()));
-    }
+    // `kyma-system` and the BtpOperator CRD are shared fixtures: never deleted here (on a real cluster
+    // they take seconds to go, and the next test's creates would meanwhile be refused with 403
+    // NamespaceTerminating). What the tests created besides them is deleted and waited for, so that
+    // the next test starts on a settled cluster.
     let nss: Api<Namespace> = Api::all(client.clone());
-    for ns in namespaces
-        .iter()
-        .map(String::as_str)
-        .chain(created_kyma_system.then_some(names::KYMA_SYSTEM))
-    {
+    for ns in namespaces.iter().filter(|ns| ns.as_str() != names::KYMA_SYSTEM) {
         ok(nss.delete(ns, &DeleteParams::default()).await.map(|_| ()));
     }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    eventually(
+        Duration::from_secs(90),
+        "namespaces and CRDs deleted by the cleanup are gone",
+        || {
+            let (nss, crds, managed) = (nss.clone(), crds.clone(), managed.clone());
+            async move {
+                for ns in namespaces.iter().filter(|ns| ns.as_str() != names::KYMA_SYSTEM) {
+                    if !matches!(nss.get_opt(ns).await, Ok(None)) {
+                        return false;
+                    }
+                }
+                crds.list(&managed).await.is_ok_and(|l| l.items.is_empty())
+            }
+        },
+    )
+    .await;
 }
 
 pub fn credentials() -> serde_json::Value {

@@ -5,7 +5,7 @@
 //!    Deployment made available as soon as it exists (`BTP_BENCH_ITERS` runs, default 15, each on a fresh
 //!    API server);
 //! 2. API requests made by one steady-state reconcile, and how many of them changed a resourceVersion;
-//! 3. the reference performance scenario (§16.4): 20 rapid `sm_url` edits of the Secret, then 10
+//! 3. the performance scenario (docs/behaviour.md#performance-scenario): 20 rapid `sm_url` edits of the Secret, then 10
 //!    delete/re-create cycles, reading the average reconcile time and the error count from `/metrics`.
 //!
 //! Run: `cargo bench -p btp-manager --bench provisioning`.

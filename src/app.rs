@@ -1,9 +1,9 @@
 //! Start-up and wiring of the `run` command; generated artifacts (CRD, webhook manifests).
 
-use crate::cli::RunArgs;
+use crate::cli::{ReconcilerArgs, RunArgs};
 use crate::config::Config;
 use crate::reconciler::{self, metrics::ReconcileMetrics, network_policies, resources, Context};
-use crate::{ops, webhook_certs};
+use crate::{embedded, ops, webhook_certs};
 use anyhow::Context as _;
 use btp_api::names;
 use btp_webhooks::manifests::{Endpoint, WebhookManifests};
@@ -11,7 +11,7 @@ use btp_webhooks::metrics::WebhookMetrics;
 use btp_webhooks::tls::{server_config, CertDir, SwappableCert};
 use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
 use prometheus_client::registry::Registry;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -147,27 +147,32 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::default();
     let webhook_metrics = WebhookMetrics::register(&mut registry);
-    let reconciler = spawn_reconciler(&args, client.clone(), &mut registry, term_rx.clone()).await?;
-    let registry = Arc::new(Mutex::new(registry));
-    let ready = ops::Readiness::default();
-    serve_plain(
-        args.metrics_bind_address,
-        ops::metrics_router(registry.clone()),
-        stopped(stop_rx.clone()),
+    let election = args
+        .leader_elect
+        .then(|| LeaderElection::new(client.clone(), &args.namespace, args.leader_election_lease_duration));
+    let reconciler = spawn_reconciler(
+        &args.reconciler,
+        election,
+        client.clone(),
+        &mut registry,
+        term_rx.clone(),
     )
     .await?;
-    serve_plain(
+    let ready = ops::Readiness::default();
+    serve_ops(
+        args.metrics_bind_address,
         args.health_probe_bind_address,
-        ops::health_router(ready.clone()),
-        stopped(stop_rx.clone()),
+        registry,
+        ready.clone(),
+        &stop_rx,
     )
     .await?;
 
     let (endpoint, dns_names, ip_addresses) = webhook_endpoint(&args);
     let manifests = WebhookManifests {
         endpoint,
-        secret_namespace: args.chart_namespace.clone(),
-        secret_name: args.secret_name.clone(),
+        secret_namespace: args.reconciler.chart_namespace.clone(),
+        secret_name: args.reconciler.secret_name.clone(),
         ca_bundle: Vec::new(),
         match_conditions,
     };
@@ -197,8 +202,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let rules = RulesConfig {
-        secret_namespace: args.chart_namespace.clone(),
-        secret_name: args.secret_name.clone(),
+        secret_namespace: args.reconciler.chart_namespace.clone(),
+        secret_name: args.reconciler.secret_name.clone(),
     };
     let state =
         WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone()))).with_metrics(webhook_metrics);
@@ -290,15 +295,15 @@ pub async fn managed_webhook_certificate(
     Ok(cert)
 }
 
-/// The reconciler's configuration from the flags.
-pub fn config_from_args(args: &RunArgs) -> Config {
+/// The reconciler's configuration from the flags (no path: the empty path, the built-in copy).
+pub fn config_from_args(args: &ReconcilerArgs) -> Config {
     Config {
         chart_namespace: args.chart_namespace.clone(),
         secret_name: args.secret_name.clone(),
         config_name: args.config_name.clone(),
         deployment_name: args.deployment_name.clone(),
-        resources_path: args.resources_path.clone(),
-        manager_resources_path: args.manager_resources_path.clone(),
+        resources_path: args.resources_path.clone().unwrap_or_default(),
+        manager_resources_path: args.manager_resources_path.clone().unwrap_or_default(),
         processing_state_requeue_interval: args.processing_state_requeue_interval,
         ready_state_requeue_interval: args.ready_state_requeue_interval,
         ready_timeout: args.ready_timeout,
@@ -307,23 +312,30 @@ pub fn config_from_args(args: &RunArgs) -> Config {
     }
 }
 
-/// Lease name (reference §14.3).
+/// Lease name (docs/behaviour.md#leader-election), the Go manager's.
 pub const LEADER_LEASE: &str = "ec023d38.kyma-project.io";
 
-/// Start the reconciler in the background (see [`spawn_reconciler`]).
+/// Load the module resources and network policies and start the reconciler in the background: at once,
+/// or, with `leader_namespace`, whenever this process holds the Lease there (see [`spawn_reconciler`]).
 pub async fn start_reconciler(
-    args: &RunArgs,
+    args: &ReconcilerArgs,
+    leader_namespace: Option<&str>,
     client: kube::Client,
     registry: &mut Registry,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    spawn_reconciler(args, client, registry, stop).await.map(drop)
+    let election = leader_namespace.map(|ns| LeaderElection::new(client.clone(), ns, DEFAULT_LEASE_DURATION));
+    spawn_reconciler(args, election, client, registry, stop).await.map(drop)
 }
 
-/// Start the reconciler (behind leader election with `--leader-elect`); the task ends once `stop` is
-/// set, after the in-flight reconcile and, when leading, after releasing the Lease.
+/// The Lease duration when none is given (`--leader-election-lease-duration`).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// Start the reconciler (behind `election` if given); the task ends once `stop` is set, after the
+/// in-flight reconcile and, when leading, after releasing the Lease.
 pub async fn spawn_reconciler(
-    args: &RunArgs,
+    args: &ReconcilerArgs,
+    election: Option<LeaderElection>,
     client: kube::Client,
     registry: &mut Registry,
     stop: watch::Receiver<bool>,
@@ -334,12 +346,16 @@ pub async fn spawn_reconciler(
         .filter(|i| !i.is_empty())
         .context("SAP_BTP_SERVICE_OPERATOR (or --operand-image) must name the operand image")?;
     let config = config_from_args(args);
-    let module = resources::load(&config.resources_path)
-        .with_context(|| format!("loading module resources from {}", config.resources_path.display()))?;
-    let policies = network_policies::load(&args.manager_resources_path).with_context(|| {
+    let module = resources::load(&config.resources_path).with_context(|| {
+        format!(
+            "loading module resources from {}",
+            embedded::describe(&config.resources_path)
+        )
+    })?;
+    let policies = network_policies::load(&config.manager_resources_path).with_context(|| {
         format!(
             "loading network policies from {}",
-            args.manager_resources_path.display()
+            embedded::describe(&config.manager_resources_path)
         )
     })?;
     let metrics = ReconcileMetrics::register(registry);
@@ -352,15 +368,8 @@ pub async fn spawn_reconciler(
         metrics,
     );
     let ctx = Arc::new(ctx.with_network_policies(policies));
-    if !args.leader_elect {
+    let Some(election) = election else {
         return Ok(tokio::spawn(reconciler::run(ctx, stopped(stop))));
-    }
-    let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
-    let election = LeaderElection {
-        client,
-        namespace: args.namespace.clone(),
-        identity,
-        lease_duration: args.leader_election_lease_duration,
     };
     // The Lease must be readable (and creatable) before we say we started.
     election.manager().await.context("preparing leader election")?;
@@ -381,6 +390,17 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
+    /// Compete in `namespace` as this pod (`HOSTNAME`, else a name from the process id).
+    pub fn new(client: kube::Client, namespace: &str, lease_duration: Duration) -> Self {
+        let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
+        Self {
+            client,
+            namespace: namespace.to_string(),
+            identity,
+            lease_duration,
+        }
+    }
+
     /// A fresh lease manager (it reads the Lease, creating it when absent).
     pub async fn manager(&self) -> Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError> {
         let duration = self.lease_duration.as_secs().max(2);
@@ -500,19 +520,39 @@ async fn elect(
     }
 }
 
-/// Serve a plain-HTTP router in the background until `shutdown`.
+/// Serve `/metrics` (from `registry`) and `/healthz`, `/readyz` (from `ready`) in the background until
+/// `stop`; returns the bound addresses (port 0 binds a free port).
+pub async fn serve_ops(
+    metrics: SocketAddr,
+    health: SocketAddr,
+    registry: Registry,
+    ready: ops::Readiness,
+    stop: &watch::Receiver<bool>,
+) -> anyhow::Result<(SocketAddr, SocketAddr)> {
+    let registry = Arc::new(Mutex::new(registry));
+    let metrics = serve_plain(metrics, ops::metrics_router(registry), stopped(stop.clone()))
+        .await
+        .context("serving metrics")?;
+    let health = serve_plain(health, ops::health_router(ready), stopped(stop.clone()))
+        .await
+        .context("serving the health endpoints")?;
+    Ok((metrics, health))
+}
+
+/// Serve a plain-HTTP router in the background until `shutdown`; returns the bound address.
 async fn serve_plain(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     router: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
+    let bound = listener.local_addr().with_context(|| format!("binding {addr}"))?;
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-            tracing::error!(error = %e, %addr, "HTTP server failed");
+            tracing::error!(error = %e, addr = %bound, "HTTP server failed");
         }
     });
-    Ok(())
+    Ok(bound)
 }

@@ -1,4 +1,4 @@
-//! Command line (flags follow reference-behaviour.md §2.2 where they exist there).
+//! Command line (flags and defaults: docs/configuration.md, docs/behaviour.md#configuration).
 
 use clap::{Args, Parser, Subcommand};
 use std::net::{IpAddr, SocketAddr};
@@ -24,6 +24,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the BtpOperator CustomResourceDefinition (the source of deploy/crd.yaml).
     Crd,
+    /// Print the table of status reasons with what to do about each (the source of docs/status-reasons.md).
+    StatusReasons,
     /// Print the manager's own webhook configurations (the source of deploy/webhooks.yaml).
     WebhookManifests {
         /// Namespace of the manager's webhook Service.
@@ -44,15 +46,10 @@ pub struct RunArgs {
     /// Address of the HTTPS admission webhook server.
     #[arg(long, default_value = "0.0.0.0:9443", value_parser = parse_bind)]
     pub webhook_bind_address: SocketAddr,
-    /// Namespace the manager runs in (its webhook Service and certificate Secret live there).
+    /// Namespace the manager runs in (its webhook Service, certificate Secret and leader-election Lease
+    /// live there).
     #[arg(long, env = "POD_NAMESPACE", default_value = btp_api::names::KYMA_SYSTEM)]
     pub namespace: String,
-    /// Namespace of the operand and of the required credentials Secret.
-    #[arg(long, default_value = btp_api::names::KYMA_SYSTEM)]
-    pub chart_namespace: String,
-    /// Name of the required credentials Secret.
-    #[arg(long, default_value = btp_api::names::REQUIRED_SECRET_NAME)]
-    pub secret_name: String,
     /// Enable leader election (only the leader reconciles; every replica serves webhooks).
     #[arg(long)]
     pub leader_elect: bool,
@@ -64,18 +61,34 @@ pub struct RunArgs {
     /// moment to drop the pod). Reconciling stops and the Lease is released at once.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub shutdown_drain_delay: std::time::Duration,
+    #[command(flatten)]
+    pub reconciler: ReconcilerArgs,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+}
+
+/// Flags of the reconciler, shared by `run` and `local`.
+#[derive(Args, Debug, Clone)]
+pub struct ReconcilerArgs {
+    /// Namespace of the operand and of the required credentials Secret.
+    #[arg(long, default_value = btp_api::names::KYMA_SYSTEM)]
+    pub chart_namespace: String,
+    /// Name of the required credentials Secret.
+    #[arg(long, default_value = btp_api::names::REQUIRED_SECRET_NAME)]
+    pub secret_name: String,
     /// Name of the runtime configuration ConfigMap (in --chart-namespace).
     #[arg(long, default_value = "sap-btp-manager")]
     pub config_name: String,
     /// Name of the operand Deployment.
     #[arg(long, default_value = "sap-btp-operator-controller-manager")]
     pub deployment_name: String,
-    /// Directory with the operand manifests (`apply/`, `delete/`, `chart-version`).
-    #[arg(long, default_value = "./module-resources")]
-    pub resources_path: std::path::PathBuf,
-    /// Directory with `network-policies/`.
-    #[arg(long, default_value = "./manager-resources")]
-    pub manager_resources_path: std::path::PathBuf,
+    /// Directory with the operand manifests (`apply/`, `delete/`, `chart-version`) to use instead of the
+    /// copy built into the binary.
+    #[arg(long)]
+    pub resources_path: Option<PathBuf>,
+    /// Directory with `network-policies/` to use instead of the copy built into the binary.
+    #[arg(long)]
+    pub manager_resources_path: Option<PathBuf>,
     /// How long the operand Deployment may take to become available.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub ready_timeout: std::time::Duration,
@@ -88,17 +101,16 @@ pub struct RunArgs {
     /// `ENABLE_LIMITED_CACHE` for the operand.
     #[arg(long, default_value = "true")]
     pub enable_limited_cache: String,
-    /// The operand image (container `manager` of the operand Deployment).
+    /// The operand image (container `manager` of the operand Deployment). Required for `run`; `local`
+    /// defaults to the image of the built-in chart.
     #[arg(long, env = "SAP_BTP_SERVICE_OPERATOR")]
     pub operand_image: Option<String>,
     /// Image for a `kube-rbac-proxy` container in the operand Deployment, if it has one.
     #[arg(long, env = "KUBE_RBAC_PROXY")]
     pub rbac_proxy_image: Option<String>,
-    #[command(flatten)]
-    pub webhook: WebhookArgs,
 }
 
-/// Flags of `local`.
+/// Flags of `local`. It binds loopback ports of its own choosing unless told otherwise, and prints them.
 #[derive(Args, Debug, Clone)]
 pub struct LocalArgs {
     /// Exit 0 as soon as the BtpOperator is Ready; non-zero with the reason on failure or timeout.
@@ -110,9 +122,21 @@ pub struct LocalArgs {
     /// Where to write the kubeconfig (default: a file in the temp directory).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Reconciler flags (as for `run`).
+    /// Address of the Prometheus metrics endpoint (`/metrics`); port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
+    pub metrics_bind_address: SocketAddr,
+    /// Address of the health endpoints (`/healthz`, `/readyz`); port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
+    pub health_probe_bind_address: SocketAddr,
+    /// Address of the HTTPS admission webhook server; port 0 picks a free one. The embedded API server
+    /// calls it on this address (127.0.0.1 when it is 0.0.0.0).
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
+    pub webhook_bind_address: SocketAddr,
+    /// Key algorithm of the webhook certificates: ecdsa-p256, rsa-2048, rsa-3072 or rsa-4096.
+    #[arg(long, default_value = "ecdsa-p256")]
+    pub webhook_key_algorithm: btp_certs::KeyAlgorithm,
     #[command(flatten)]
-    pub run: RunArgs,
+    pub reconciler: ReconcilerArgs,
 }
 
 /// Webhook TLS flags.
@@ -181,10 +205,43 @@ mod tests {
         assert_eq!(args.metrics_bind_address.port(), 8080);
         assert_eq!(args.health_probe_bind_address.port(), 8081);
         assert_eq!(args.webhook_bind_address.port(), 9443);
-        assert_eq!(args.chart_namespace, "kyma-system");
-        assert_eq!(args.secret_name, "sap-btp-manager");
+        assert_eq!(args.reconciler.chart_namespace, "kyma-system");
+        assert_eq!(args.reconciler.secret_name, "sap-btp-manager");
+        assert_eq!(args.reconciler.resources_path, None, "the built-in copy by default");
+        assert_eq!(
+            args.reconciler.manager_resources_path, None,
+            "the built-in copy by default"
+        );
         assert_eq!(args.webhook.webhook_key_algorithm, btp_certs::KeyAlgorithm::EcdsaP256);
         assert_eq!(args.shutdown_drain_delay, std::time::Duration::from_secs(5));
         assert!(Cli::try_parse_from(["btp-manager", "run", "--webhook-key-algorithm", "dsa"]).is_err());
+    }
+
+    #[test]
+    fn local_offers_only_what_it_honours() {
+        let cli = Cli::try_parse_from([
+            "btp-manager",
+            "local",
+            "--metrics-bind-address",
+            "127.0.0.1:18080",
+            "--resources-path",
+            "/tmp/m",
+        ])
+        .unwrap();
+        let Command::Local(args) = cli.command else {
+            panic!("local")
+        };
+        assert_eq!(args.metrics_bind_address, "127.0.0.1:18080".parse().unwrap());
+        assert_eq!(args.health_probe_bind_address, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(args.reconciler.resources_path, Some(PathBuf::from("/tmp/m")));
+        // `run`-only flags (leader election, certificates from files, a registration URL) are not offered.
+        for flag in [
+            "--leader-elect",
+            "--webhook-cert-dir=/x",
+            "--webhook-url=https://x",
+            "--namespace=x",
+        ] {
+            assert!(Cli::try_parse_from(["btp-manager", "local", flag]).is_err(), "{flag}");
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! Runtime configuration (reference-behaviour.md §2): defaults, CLI flags, and the runtime ConfigMap keys.
+//! Runtime configuration (docs/behaviour.md#configuration, docs/configuration.md): defaults, CLI flags, and
+//! the runtime ConfigMap keys.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,9 +16,9 @@ pub struct Config {
     pub config_name: String,
     /// Name of the operand Deployment.
     pub deployment_name: String,
-    /// Directory with `apply/`, `delete/` and `chart-version`.
+    /// Directory with `apply/`, `delete/` and `chart-version`; empty: the copy built into the binary.
     pub resources_path: PathBuf,
-    /// Directory with `network-policies/`.
+    /// Directory with `network-policies/`; empty: the copy built into the binary.
     pub manager_resources_path: PathBuf,
     /// Periodic re-check while Processing.
     pub processing_state_requeue_interval: Duration,
@@ -44,8 +45,8 @@ impl Default for Config {
             secret_name: btp_api::names::REQUIRED_SECRET_NAME.into(),
             config_name: "sap-btp-manager".into(),
             deployment_name: "sap-btp-operator-controller-manager".into(),
-            resources_path: PathBuf::from("./module-resources"),
-            manager_resources_path: PathBuf::from("./manager-resources"),
+            resources_path: PathBuf::new(),
+            manager_resources_path: PathBuf::new(),
             processing_state_requeue_interval: Duration::from_secs(5 * 60),
             ready_state_requeue_interval: Duration::from_secs(15 * 60),
             ready_timeout: Duration::from_secs(5 * 60),
@@ -68,7 +69,7 @@ pub struct ConfigProblem {
 }
 
 impl Config {
-    /// Apply the runtime ConfigMap's data on top of `self` (reference §2.3). Unknown keys and unparsable
+    /// Apply the runtime ConfigMap's data on top of `self` (docs/behaviour.md#runtime-configmap). Unknown keys and unparsable
     /// values are reported and leave the previous value. Returns the problems.
     pub fn apply_configmap(&mut self, data: &BTreeMap<String, String>) -> Vec<ConfigProblem> {
         let mut problems = Vec::new();
@@ -94,7 +95,7 @@ impl Config {
                 "CaCertificateExpiration" => duration(&mut self.ca_certificate_expiration),
                 "WebhookCertificateExpiration" => duration(&mut self.webhook_certificate_expiration),
                 "ExpirationBoundary" => match parse_go_duration(value.trim_start_matches('-')) {
-                    // The reference stores the boundary as a negative offset from NotAfter; we keep the window.
+                    // The Go manager stores the boundary as a negative offset from NotAfter; we keep the window.
                     Some(d) => self.expiration_boundary = d,
                     None => problems.push(ConfigProblem {
                         key: key.clone(),

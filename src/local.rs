@@ -3,14 +3,17 @@
 //! Starts the embedded API server, writes a kubeconfig for `kubectl`, installs the CRD and the manager's
 //! webhook configurations (pointing at the in-process webhook server on loopback), runs the reconciler,
 //! creates `kyma-system`, an example credentials Secret (dummy values) and the `BtpOperator`, plays the
-//! operand's Deployment controller, and prints every state change of the CR.
+//! operand's Deployment controller, serves metrics and health endpoints, and prints every state change of
+//! the CR on stdout (logs go to stderr, warnings only unless `RUST_LOG` says otherwise).
 
 use crate::app::{self, stopped};
 use crate::cli::LocalArgs;
+use crate::telemetry::kube_message;
 use crate::webhook_certs::WebhookCerts;
 use anyhow::Context as _;
 use btp_api::{names, BtpOperator};
 use btp_webhooks::manifests::{Endpoint, WebhookManifests};
+use btp_webhooks::metrics::WebhookMetrics;
 use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -18,17 +21,43 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, PostParams};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use prometheus_client::registry::Registry;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::watch;
+
+/// The operand image of the built-in chart (used unless `SAP_BTP_SERVICE_OPERATOR`/`--operand-image` says
+/// otherwise).
+const OPERAND_IMAGE: &str =
+    "europe-docker.pkg.dev/kyma-project/prod/external/ghcr.io/sap/sap-btp-service-operator/controller:v0.11.10";
 
 fn say(started: Instant, line: impl std::fmt::Display) {
     println!("[{:>7.3}s] {line}", started.elapsed().as_secs_f64());
 }
 
+/// Where a client reaches a server bound to `bound`: loopback instead of an unspecified address.
+fn reachable(bound: SocketAddr) -> SocketAddr {
+    match bound.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), bound.port()),
+        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), bound.port()),
+        _ => bound,
+    }
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .map_err(|e| anyhow::anyhow!(kube_message(&e)))
+        .with_context(|| format!("creating namespace {name}"))?;
+    Ok(())
+}
+
 /// Run `local`. Returns an error (non-zero exit) when `--once` does not reach Ready.
 pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    let rec = &args.reconciler;
     let server = btp_apiserver::ApiServer::start(btp_apiserver::Config::default())
         .await
         .context("starting the embedded API server")?;
@@ -45,28 +74,34 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     );
     let client = server.client().await;
 
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .context("creating kyma-system")?;
+    create_namespace(&client, names::KYMA_SYSTEM).await?;
+    if rec.chart_namespace != names::KYMA_SYSTEM {
+        create_namespace(&client, &rec.chart_namespace).await?;
+    }
     Api::<CustomResourceDefinition>::all(client.clone())
         .create(&PostParams::default(), &BtpOperator::crd()?)
         .await
+        .map_err(|e| anyhow::anyhow!(kube_message(&e)))
         .context("installing the BtpOperator CRD")?;
     say(started, "installed the BtpOperator CRD in namespace kyma-system");
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    // Webhooks on an ephemeral loopback port, registered by URL with a certificate for 127.0.0.1.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let mut registry = Registry::default();
+    let webhook_metrics = WebhookMetrics::register(&mut registry);
+    // Webhooks on loopback (an ephemeral port unless told otherwise), registered by URL with a certificate
+    // for that address.
+    let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
         .await
-        .context("binding the webhook server")?;
-    let addr = listener.local_addr()?;
+        .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
+    let addr = reachable(listener.local_addr()?);
     let manifests = WebhookManifests {
         endpoint: Endpoint::Url(format!("https://{addr}")),
+        secret_namespace: rec.chart_namespace.clone(),
+        secret_name: rec.secret_name.clone(),
         ..WebhookManifests::in_cluster(names::KYMA_SYSTEM)
     };
-    let policy = btp_certs::rotation::Policy::new(vec!["localhost".into()], vec![addr.ip()]);
+    let mut policy = btp_certs::rotation::Policy::new(vec!["localhost".into()], vec![addr.ip()]);
+    policy.key = args.webhook_key_algorithm;
     let certs = WebhookCerts::new(
         client.clone(),
         names::KYMA_SYSTEM,
@@ -75,10 +110,12 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         manifests,
     );
     let cert = app::managed_webhook_certificate(certs, stop_rx.clone()).await?;
-    let state = WebhookState::new(
-        RulesConfig::default(),
-        Arc::new(KubeServiceCounter::new(client.clone())),
-    );
+    let rules = RulesConfig {
+        secret_namespace: rec.chart_namespace.clone(),
+        secret_name: rec.secret_name.clone(),
+    };
+    let state =
+        WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone()))).with_metrics(webhook_metrics);
     tokio::spawn(btp_webhooks::server::serve(
         listener,
         btp_webhooks::tls::server_config(cert)?,
@@ -90,20 +127,31 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         format_args!("admission webhooks serving on https://{addr} (self-managed CA, caBundle registered)"),
     );
 
-    let mut run_args = args.run.clone();
-    run_args.leader_elect = false;
-    if run_args.operand_image.as_deref().is_none_or(str::is_empty) {
-        run_args.operand_image = Some(
-            "europe-docker.pkg.dev/kyma-project/prod/external/ghcr.io/sap/sap-btp-service-operator/controller:v0.11.10"
-                .into(),
-        );
+    let mut reconciler_args = rec.clone();
+    if reconciler_args.operand_image.as_deref().is_none_or(str::is_empty) {
+        reconciler_args.operand_image = Some(OPERAND_IMAGE.into());
     }
-    let mut registry = Registry::default();
-    app::start_reconciler(&run_args, client.clone(), &mut registry, stop_rx.clone()).await?;
+    app::start_reconciler(&reconciler_args, None, client.clone(), &mut registry, stop_rx.clone()).await?;
     btp_apiserver::spawn_deployment_controller(client.clone());
     say(
         started,
         "reconciler running; playing the operand's Deployment controller",
+    );
+    // Ready as soon as the webhooks serve, as for `run`.
+    let ready = crate::ops::Readiness::default();
+    ready.set(true);
+    let (metrics, health) = app::serve_ops(
+        args.metrics_bind_address,
+        args.health_probe_bind_address,
+        registry,
+        ready,
+        &stop_rx,
+    )
+    .await?;
+    let (metrics, health) = (reachable(metrics), reachable(health));
+    say(
+        started,
+        format_args!("metrics on http://{metrics}/metrics, health on http://{health}/healthz and /readyz"),
     );
 
     // The webhooks at work: a misnamed CR is refused.
@@ -112,32 +160,47 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         .create(&PostParams::default(), &BtpOperator::new("btpoperator-test"))
         .await
     {
+        Err(kube::Error::Api(status)) => say(
+            started,
+            format_args!("refused as expected: kyma-system/btpoperator-test: {}", status.message),
+        ),
         Err(e) => say(
             started,
-            format_args!("refused as expected: kyma-system/btpoperator-test: {e}"),
+            format_args!(
+                "WARNING: creating a misnamed BtpOperator failed unexpectedly: {}",
+                kube_message(&e)
+            ),
         ),
         Ok(_) => say(started, "WARNING: a misnamed BtpOperator was accepted"),
     }
 
     let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+        "metadata": {"name": rec.secret_name, "namespace": rec.chart_namespace,
                      "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
         "stringData": {"clientid": "dummy-client-id", "clientsecret": "dummy-client-secret",
                        "sm_url": "https://service-manager.example.com", "tokenurl": "https://auth.example.com",
                        "cluster_id": "local-cluster"}
     }))?;
-    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+    Api::<Secret>::namespaced(client.clone(), &rec.chart_namespace)
         .create(&PostParams::default(), &secret)
         .await
+        .map_err(|e| anyhow::anyhow!(kube_message(&e)))
         .context("creating the example credentials Secret")?;
     say(
         started,
-        "created Secret kyma-system/sap-btp-manager (dummy credentials)",
+        format_args!(
+            "created Secret {}/{} (dummy credentials)",
+            rec.chart_namespace, rec.secret_name
+        ),
     );
     crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
         .await
+        .map_err(|e| anyhow::anyhow!(kube_message(&e)))
         .context("creating kyma-system/btpoperator")?;
-    say(started, "created BtpOperator kyma-system/btpoperator");
+    say(
+        started,
+        "created BtpOperator kyma-system/btpoperator (its Events: kubectl describe btpoperator btpoperator -n kyma-system)",
+    );
 
     let outcome = follow(started, crs, &args, &stop_rx).await;
     let _ = stop_tx.send(true);

@@ -7,16 +7,20 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crd => app::print_crd(),
+        Command::StatusReasons => {
+            print!("{}", btp_api::reason::status_reasons_markdown());
+            Ok(())
+        }
         Command::WebhookManifests { namespace } => app::print_webhook_manifests(&namespace),
         Command::Local(args) => {
-            telemetry::init();
+            telemetry::init(telemetry::Audience::Console);
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt.block_on(btp_manager::local::run(*args)),
                 Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
             }
         }
         Command::Run(args) => {
-            telemetry::init();
+            telemetry::init(telemetry::Audience::Service);
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt.block_on(app::run(*args)),
                 Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
@@ -26,7 +30,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("btp-manager: {e:#}");
+            eprintln!("btp-manager: {}", telemetry::one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,4 +1,4 @@
-//! Secret customisation (reference §16.1, §9): credentials namespace, cluster ID and credential changes in
+//! Secret customisation (docs/behaviour.md#credentials-drift, with the Go project's customisation scenarios): credentials namespace, cluster ID and credential changes in
 //! the required Secret propagate to the operand and clean up what they invalidate.
 
 mod common;

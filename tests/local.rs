@@ -1,12 +1,27 @@
 //! `btp-manager local`, as a user runs it: the binary, its output, and kubectl against it.
+//!
+//! Every test runs the built binary from a directory with nothing beside it (a fresh temporary directory,
+//! or `/`): the operand's manifests come from the copy built into the binary.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-fn binary() -> Command {
+/// A fresh, empty directory for one test.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("btp-local-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The binary, started in `cwd`.
+fn binary(cwd: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_btp-manager"));
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+    cmd.current_dir(cwd);
     cmd
 }
 
@@ -14,11 +29,16 @@ fn kubectl() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
 }
 
+/// A loopback address with a port that was free a moment ago.
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
 #[test]
 fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
-    let dir = std::env::temp_dir().join(format!("btp-local-once-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = binary()
+    let dir = temp_dir("once");
+    assert!(!dir.join("module-resources").exists());
+    let out = binary(&dir)
         .args(["local", "--once", "--timeout", "60s", "--kubeconfig"])
         .arg(dir.join("kubeconfig"))
         .output()
@@ -43,6 +63,56 @@ fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
         stdout.contains("Ready / ReconcileSucceeded — Module provisioning succeeded"),
         "{stdout}"
     );
+    // One readable story: the refusal is the API server's message, not a Rust Debug of a Status.
+    assert!(!stdout.contains("Status {"), "{stdout}");
+    assert!(!stdout.contains("ErrorResponse"), "{stdout}");
+    for line in stdout.lines() {
+        assert!(
+            line.starts_with('['),
+            "every stdout line is a timestamped story line: {line:?}"
+        );
+    }
+    // Logs go to stderr as readable lines (warnings only by default), never JSON.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.lines().any(|l| l.trim_start().starts_with('{')), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn local_started_from_the_root_directory_reaches_ready() {
+    let dir = temp_dir("root");
+    let out = binary(Path::new("/"))
+        .args(["local", "--once", "--timeout", "60s", "--kubeconfig"])
+        .arg(dir.join("kubeconfig"))
+        .output()
+        .expect("run btp-manager local --once from /");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("Ready / ReconcileSucceeded"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_resources_path_that_does_not_exist_is_reported_in_one_line() {
+    let dir = temp_dir("bad-path");
+    let out = binary(&dir)
+        .args(["local", "--once", "--resources-path", "no-such-dir", "--kubeconfig"])
+        .arg(dir.join("kubeconfig"))
+        .output()
+        .expect("run btp-manager local");
+    assert!(!out.status.success(), "a missing --resources-path must fail");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let error: Vec<&str> = stderr.lines().filter(|l| l.starts_with("btp-manager:")).collect();
+    assert_eq!(error.len(), 1, "{stderr}");
+    assert!(
+        error[0].contains("loading module resources from no-such-dir"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -55,12 +125,206 @@ impl Drop for Running {
     }
 }
 
+/// `local` (without --once) running until dropped, with its stdout lines.
+struct Local {
+    child: Child,
+    lines: Receiver<String>,
+    /// Every stdout line seen so far.
+    seen: Vec<String>,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Local {
+    fn start(name: &str, extra: &[&str]) -> Local {
+        let dir = temp_dir(name);
+        let kubeconfig = dir.join("kubeconfig");
+        let mut child = binary(&dir)
+            .arg("local")
+            .args(extra)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start btp-manager local");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Local {
+            child,
+            lines,
+            seen: Vec::new(),
+            dir,
+            kubeconfig,
+        }
+    }
+
+    /// Wait (with a deadline) for a stdout line containing `text`.
+    fn wait_for_line(&mut self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("local printed {text:?} within 60 s; saw:\n{}", self.seen.join("\n")));
+            self.seen.push(line.clone());
+            if line.contains(text) {
+                return line;
+            }
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        Command::new(kubectl())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("kubectl must be installed (scripts/test installs it): {e}"))
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A plain HTTP/1.1 GET: (status code, body).
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn local_serves_metrics_health_and_webhooks_on_the_given_addresses() {
+    let (metrics, health, webhooks) = (free_addr(), free_addr(), free_addr());
+    let mut local = Local::start(
+        "ops",
+        &[
+            "--metrics-bind-address",
+            &metrics.to_string(),
+            "--health-probe-bind-address",
+            &health.to_string(),
+            "--webhook-bind-address",
+            &webhooks.to_string(),
+        ],
+    );
+    let line = local.wait_for_line("admission webhooks serving on");
+    assert!(line.contains(&format!("https://{webhooks} ")), "{line}");
+    let line = local.wait_for_line("metrics on");
+    assert!(
+        line.contains(&format!("http://{metrics}/metrics")) && line.contains(&format!("http://{health}/healthz")),
+        "{line}"
+    );
+    local.wait_for_line("Ready / ReconcileSucceeded");
+
+    assert_eq!(http_get(health, "/healthz"), (200, "ok".into()));
+    assert_eq!(http_get(health, "/readyz"), (200, "ok".into()));
+    let (status, body) = http_get(metrics, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("controller_runtime_reconcile_total{controller=\"btpoperator\",result=\"success\"}"),
+        "{body}"
+    );
+    // The refused misnamed CR went through the webhook server on the given address.
+    assert!(body.contains("btpmanager_webhook_request_duration_seconds"), "{body}");
+    assert!(body.contains("verdict=\"denied\""), "{body}");
+    // The API server reaches the webhooks there: a misnamed CR is refused.
+    let manifest = local.dir.join("misnamed.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: operator.kyma-project.io/v1alpha1\nkind: BtpOperator\nmetadata:\n  name: other\n  namespace: kyma-system\n",
+    )
+    .unwrap();
+    let apply = local.kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(!apply.status.success());
+    assert!(String::from_utf8_lossy(&apply.stderr).contains("denied the request"));
+}
+
+#[test]
+fn kubectl_describe_and_get_events_show_the_managers_events() {
+    let mut local = Local::start("events", &[]);
+    local.wait_for_line("Ready / ReconcileSucceeded");
+    // The Ready Event is published right after the status write: poll with a deadline.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let events = loop {
+        let out = local.kubectl(&["describe", "btpoperator", "btpoperator", "-n", "kyma-system"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let events = text
+            .split_once("\nEvents:")
+            .map(|(_, e)| e.to_string())
+            .unwrap_or_default();
+        if events.contains("ReconcileSucceeded") || Instant::now() > deadline {
+            break events;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!events.contains("<none>"), "{events}");
+    for expected in [
+        "Initialized",
+        "Processing: Initialized",
+        "ReconcileSucceeded",
+        "Ready: Module provisioning succeeded",
+        "btp-manager",
+    ] {
+        assert!(
+            events.contains(expected),
+            "describe's Events lack {expected:?}:\n{events}"
+        );
+    }
+
+    let get = local.kubectl(&["get", "events", "-n", "kyma-system"]);
+    assert!(get.status.success(), "{}", String::from_utf8_lossy(&get.stderr));
+    let table = String::from_utf8_lossy(&get.stdout);
+    for expected in ["REASON", "ReconcileSucceeded", "Initialized", "btpoperator"] {
+        assert!(
+            table.contains(expected),
+            "kubectl get events lacks {expected:?}:\n{table}"
+        );
+    }
+    // The core/v1 view carries the converted fields.
+    let get = local.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "kyma-system",
+        "--field-selector",
+        "involvedObject.kind=BtpOperator,reason=ReconcileSucceeded",
+        "-o",
+        "jsonpath={.items[0].involvedObject.name}/{.items[0].source.component}/{.items[0].count}",
+    ]);
+    assert!(get.status.success(), "{}", String::from_utf8_lossy(&get.stderr));
+    assert_eq!(String::from_utf8_lossy(&get.stdout), "btpoperator/btp-manager/1");
+}
+
 #[test]
 fn kubectl_against_local_sees_ready_and_a_refused_apply() {
-    let dir = std::env::temp_dir().join(format!("btp-local-kubectl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("kubectl");
     let kubeconfig = dir.join("kubeconfig");
-    let mut child = binary()
+    let mut child = binary(&dir)
         .args(["local", "--kubeconfig"])
         .arg(&kubeconfig)
         .stdout(Stdio::piped())

@@ -1,4 +1,4 @@
-//! The operand's webhook certificates (reference §10, §16.1 certificate scenarios) against the embedded API
+//! The operand's webhook certificates (docs/behaviour.md#operand-certificates, with the Go project's certificate scenarios) against the embedded API
 //! server: generation, injection into both webhook configurations, and every regeneration trigger.
 
 mod common;

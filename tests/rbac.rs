@@ -109,7 +109,8 @@ async fn start_manager(env: &Env) -> Manager {
         unreachable!("parsed a run command")
     };
     let mut registry = prometheus_client::registry::Registry::default();
-    let reconciler = app::spawn_reconciler(&args, client, &mut registry, stop_rx)
+    let election = app::LeaderElection::new(client.clone(), NS, args.leader_election_lease_duration);
+    let reconciler = app::spawn_reconciler(&args.reconciler, Some(election), client, &mut registry, stop_rx)
         .await
         .unwrap();
     Manager { stop, reconciler }

@@ -1,7 +1,7 @@
 //! The `BtpOperator` API (`operator.kyma-project.io/v1alpha1`) and the names the whole product shares.
 //!
 //! Every name here is part of the compatibility contract with the original Go BTP Manager
-//! (`shared/spec/reference-behaviour.md`): clusters and tools already rely on them.
+//! (docs/behaviour.md, docs/upgrading.md): clusters and tools already rely on them.
 
 pub mod names;
 pub mod reason;

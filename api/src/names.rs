@@ -1,4 +1,4 @@
-//! Names, labels, annotations and keys (reference-behaviour.md §1, §3, §6, §8, §10).
+//! Names, labels, annotations and keys (docs/behaviour.md; compatible with the Go BTP Manager).
 
 /// The only namespace in which a `BtpOperator` is reconciled.
 pub const KYMA_SYSTEM: &str = "kyma-system";
@@ -40,7 +40,8 @@ pub const MANAGED_BY_KEB: &str = "kcp-kyma-environment-broker";
 /// Values of [`MANAGED_BY_LABEL`] that make the required Secret and the config ConfigMap visible to the manager.
 pub const MANAGED_BY_VISIBLE: [&str; 2] = [MANAGED_BY_BTP_MANAGER, MANAGED_BY_KEB];
 /// Whether `labels` make an object visible to the manager: [`MANAGED_BY_LABEL`] with a value in
-/// [`MANAGED_BY_VISIBLE`] (reference §3.3). Used for the required Secret by the webhooks and the reconciler.
+/// [`MANAGED_BY_VISIBLE`] (docs/behaviour.md#visibility-of-secrets-and-configmaps). Used for the required Secret
+/// by the webhooks and the reconciler.
 pub fn visible_to_manager(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
     labels
         .and_then(|l| l.get(MANAGED_BY_LABEL))

@@ -1,4 +1,4 @@
-//! The `BtpOperator` custom resource (reference-behaviour.md §1).
+//! The `BtpOperator` custom resource (docs/behaviour.md#the-btpoperator-resource).
 
 use crate::names;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod error;
+pub mod events;
 pub mod faults;
 mod handlers;
 pub mod patch;

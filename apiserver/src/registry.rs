@@ -96,6 +96,12 @@ pub fn builtins() -> Vec<ResourceDef> {
         if matches!(d.plural.as_str(), "pods" | "services" | "deployments") {
             d.categories = vec!["all".into()];
         }
+        // `kubectl get events`: type, reason, object and message, not just names.
+        if d.group.is_empty() && d.plural == crate::events::PLURAL {
+            for v in d.versions.iter_mut() {
+                v.columns = crate::events::core_columns();
+            }
+        }
     }
     v
 }

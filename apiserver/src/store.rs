@@ -226,6 +226,10 @@ impl Store {
             );
         }
         self.notify.send_replace(rv);
+        // events.k8s.io Events are also core/v1 Events (see `crate::events`).
+        if crate::events::is_events_v1(gr) {
+            crate::events::after_write(self, ns, name);
+        }
         Ok(out)
     }
 
@@ -259,6 +263,10 @@ impl Store {
             );
         }
         self.notify.send_replace(rv);
+        // events.k8s.io Events are also core/v1 Events (see `crate::events`).
+        if crate::events::is_events_v1(gr) {
+            crate::events::after_write(self, ns, name);
+        }
         Cas::Ok(out)
     }
 
@@ -298,6 +306,10 @@ impl Store {
             );
         }
         self.notify.send_replace(rv);
+        // events.k8s.io Events are also core/v1 Events (see `crate::events`).
+        if crate::events::is_events_v1(gr) {
+            crate::events::after_write(self, ns, name);
+        }
         Cas::Ok(out)
     }
 

@@ -1,4 +1,5 @@
-//! The operand's (SAP BTP service operator's) admission-webhook certificates (reference §10).
+//! The operand's (SAP BTP service operator's) admission-webhook certificates
+//! (docs/behaviour.md#operand-certificates).
 //!
 //! Two Secrets in the operand's namespace hold them: [`CA_SECRET`] (`ca.crt`, `ca.key`: a self-signed
 //! CA) and [`WEBHOOK_SECRET`] (`tls.crt`, `tls.key`: the serving certificate, signed by that CA and
@@ -10,8 +11,8 @@
 //! certificates, and [`to_ca_secret_data`] / [`to_webhook_secret_data`] / [`ca_bundle`] give what to
 //! write. The caller applies the Secrets and webhook configurations and counts regenerations.
 //!
-//! [`decide`] follows the reference's decision procedure (§10.3); where this module differs from or
-//! adds to it, the difference is documented at [`decide`].
+//! [`decide`] follows the decision procedure of docs/behaviour.md#operand-certificates; where this module
+//! differs from the Go manager or adds to it, the difference is documented at [`decide`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,7 +36,7 @@ pub const MUTATING_WEBHOOK_CONFIGURATION: &str = "sap-btp-operator-mutating-webh
 pub const VALIDATING_WEBHOOK_CONFIGURATION: &str = "sap-btp-operator-validating-webhook-configuration";
 /// Both webhook configurations; every `webhooks[].clientConfig.caBundle` of each gets [`ca_bundle`].
 pub const WEBHOOK_CONFIGURATIONS: [&str; 2] = [MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION];
-/// The operand's default namespace (the reference's ChartNamespace default).
+/// The operand's default namespace (the Go manager's ChartNamespace default).
 pub const DEFAULT_NAMESPACE: &str = "kyma-system";
 
 /// Keys of the two Secrets' data.
@@ -55,13 +56,13 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// Lifetimes, expiry boundary, key type and namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
-    /// Validity of a new CA (reference `CaCertificateExpiration`, default 87600h = 10 years).
+    /// Validity of a new CA (the Go manager's `CaCertificateExpiration`, default 87600h = 10 years).
     pub ca_validity: Duration,
-    /// Validity of a new webhook certificate (reference `WebhookCertificateExpiration`, default
-    /// 8760h = 1 year). Not capped at the CA's remaining validity (the reference does not cap it).
+    /// Validity of a new webhook certificate (the Go manager's `WebhookCertificateExpiration`, default
+    /// 8760h = 1 year). Not capped at the CA's remaining validity (the Go manager does not cap it).
     pub webhook_validity: Duration,
     /// How long before NotAfter a certificate counts as expiring: it is expiring when
-    /// `now > NotAfter - expiration_boundary`. The reference's `ExpirationBoundary` is the negative
+    /// `now > NotAfter - expiration_boundary`. The Go manager's `ExpirationBoundary` is the negative
     /// offset `-168h` added to NotAfter; this is its magnitude (default 168h = 7 days).
     pub expiration_boundary: Duration,
     /// Key type of new certificates (default ECDSA P-256).
@@ -91,7 +92,7 @@ impl Settings {
 }
 
 /// DNS names of the serving certificate: `sap-btp-operator-webhook-service.<ns>.svc` (the name the
-/// API server connects to), `sap-btp-operator-webhook-service.<ns>` (both as in the reference, which
+/// API server connects to), `sap-btp-operator-webhook-service.<ns>` (both as in the Go manager, which
 /// hard-codes `kyma-system`) and `sap-btp-operator-webhook-service.<ns>.svc.cluster.local`.
 pub fn webhook_dns_names(namespace: &str) -> Vec<String> {
     vec![
@@ -298,7 +299,7 @@ fn entries<'a>(data: &'a BTreeMap<String, Vec<u8>>, cert_key: &str, key_key: &st
     }
 }
 
-/// The reference's expiry test: `now > NotAfter + ExpirationBoundary` with a negative boundary.
+/// The Go manager's expiry test: `now > NotAfter + ExpirationBoundary` with a negative boundary.
 fn expiring(info: &CertInfo, now: SystemTime, boundary: Duration) -> bool {
     info.not_after.checked_sub(boundary).is_none_or(|limit| now > limit)
 }
@@ -340,9 +341,9 @@ fn check_ca<'a>(data: &'a BTreeMap<String, Vec<u8>>, now: SystemTime, settings: 
             boundary: settings.expiration_boundary,
         });
     }
-    // The reference finds these at chain-verification time (Go's x509 Verify with the CA as root),
+    // The Go manager finds these at chain-verification time (Go's x509 Verify with the CA as root),
     // which leads to full regeneration as well; checking them here also covers a missing webhook
-    // Secret, where the reference would first issue a leaf from an unusable CA.
+    // Secret, where the Go manager would first issue a leaf from an unusable CA.
     if now < info.not_before {
         return Err(Reason::CaNotYetValid);
     }
@@ -416,7 +417,7 @@ fn check_can_issue(ca_data: &BTreeMap<String, Vec<u8>>) -> Result<(), Reason> {
     Ok(())
 }
 
-/// Decides whether the operand's certificates must be regenerated (reference §10.3).
+/// Decides whether the operand's certificates must be regenerated (docs/behaviour.md#operand-certificates).
 ///
 /// `ca_secret` / `webhook_secret` are the data of [`CA_SECRET`] / [`WEBHOOK_SECRET`], `None` when the
 /// Secret does not exist.
@@ -433,20 +434,20 @@ fn check_can_issue(ca_data: &BTreeMap<String, Vec<u8>>) -> Result<(), Reason> {
 ///    serverAuth (if extendedKeyUsage is present), NotBefore not after now.
 /// 5. Otherwise [`Decision::Keep`].
 ///
-/// As in the reference, private keys are not parsed nor checked against their certificates (a
+/// As in the Go manager, private keys are not parsed nor checked against their certificates (a
 /// garbage `tls.key` is kept, and the operand fails to serve with it until someone fixes or deletes
 /// the Secret); only their presence is. Empty counts as whitespace-only.
 ///
-/// Differences from the reference:
-/// * The reference verifies the chain with Go's `x509.Verify`, which also checks validity dates,
+/// Differences from the Go manager:
+/// * The Go manager verifies the chain with Go's `x509.Verify`, which also checks validity dates,
 ///   the CA's keyCertSign and the serverAuth usage; these are checked explicitly here. The CA's own
 ///   properties are checked in step 2 (⇒ full regeneration even without a webhook Secret).
 /// * Step 4 also requires the webhook certificate to name `sap-btp-operator-webhook-service.<ns>.svc`
-///   (⇒ [`Reason::WebhookNamesMismatch`], webhook only): the reference hard-codes `kyma-system` in
+///   (⇒ [`Reason::WebhookNamesMismatch`], webhook only): the Go manager hard-codes `kyma-system` in
 ///   the names and never checks them, which would keep a certificate the API server rejects after
-///   the namespace changed or when taking over the reference's Secrets in another namespace.
+///   the namespace changed or when taking over the Go manager's Secrets in another namespace.
 /// * A webhook-only decision becomes [`Decision::Full`] when the stored CA cannot sign the new
-///   certificate ([`Reason::CaKeyUnusable`], [`Reason::CaSubjectUnsupported`]); the reference would
+///   certificate ([`Reason::CaKeyUnusable`], [`Reason::CaSubjectUnsupported`]); the Go manager would
 ///   fail to generate on every reconcile instead.
 pub fn decide(
     ca_secret: Option<&BTreeMap<String, Vec<u8>>>,
@@ -524,8 +525,8 @@ fn stored_ca(ca_secret: Option<&BTreeMap<String, Vec<u8>>>) -> Result<CertPair, 
 /// The webhook certificate has an empty subject, the DNS names of [`webhook_dns_names`] for
 /// [`Settings::namespace`], CA:false, keyUsage digitalSignature (+ keyEncipherment for RSA),
 /// extendedKeyUsage serverAuth + clientAuth, NotBefore `now` and NotAfter `now + webhook_validity`,
-/// not capped at the CA's NotAfter (as in the reference). Keys are PKCS#8 PEM (`PRIVATE KEY`; the
-/// reference writes PKCS#1, both load in the operand).
+/// not capped at the CA's NotAfter (as in the Go manager). Keys are PKCS#8 PEM (`PRIVATE KEY`; the
+/// Go manager writes PKCS#1, both load in the operand).
 pub fn regenerate(
     decision: &Decision,
     ca_secret: Option<&BTreeMap<String, Vec<u8>>>,

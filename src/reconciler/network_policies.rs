@@ -35,7 +35,12 @@ pub const LEGACY_POLICY: &str = "kyma-project.io--btp-operator-allow-to-webhook"
 /// The directory ships with the manager, so a missing (or unreadable) directory is an error
 /// ([`LoadError::Read`] naming the directory), not an empty list. A directory without YAML files yields
 /// an empty list.
+///
+/// The empty path loads the copy built into the binary (`crate::embedded`).
 pub fn load(manager_resources_path: &Path) -> Result<Vec<Value>, LoadError> {
+    if crate::embedded::is_builtin(manager_resources_path) {
+        return crate::embedded::network_policies();
+    }
     let dir = manager_resources_path.join(DIRECTORY);
     let read_error = |path: &Path| {
         let path = path.to_path_buf();
@@ -51,16 +56,38 @@ pub fn load(manager_resources_path: &Path) -> Result<Vec<Value>, LoadError> {
     let mut policies = Vec::new();
     for path in files {
         let text = std::fs::read_to_string(&path).map_err(read_error(&path))?;
-        let docs = serde_saphyr::from_multiple::<Value>(&text).map_err(|e| LoadError::Invalid {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        for doc in docs.into_iter().filter(|d| !d.is_null()) {
-            if let Err(reason) = check(&doc) {
-                return Err(LoadError::Invalid { path, reason });
-            }
-            policies.push(doc);
+        parse_file(path, &text, &mut policies)?;
+    }
+    Ok(policies)
+}
+
+/// The policies of one file's `text`, appended to `policies`.
+fn parse_file(path: PathBuf, text: &str, policies: &mut Vec<Value>) -> Result<(), LoadError> {
+    let docs = serde_saphyr::from_multiple::<Value>(text).map_err(|e| LoadError::Invalid {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        if let Err(reason) = check(&doc) {
+            return Err(LoadError::Invalid { path, reason });
         }
+        policies.push(doc);
+    }
+    Ok(())
+}
+
+/// What [`load`] returns for a `network-policies/` directory holding these `(file name, text)` files (the
+/// copy built into the binary, see `crate::embedded`): same file filter, order and checks.
+pub fn from_files(files: &[(&str, &str)]) -> Result<Vec<Value>, LoadError> {
+    let dir = Path::new(crate::embedded::MANAGER_RESOURCES).join(DIRECTORY);
+    let mut files: Vec<&(&str, &str)> = files
+        .iter()
+        .filter(|(name, _)| Path::new(name).extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort_by_key(|(name, _)| *name);
+    let mut policies = Vec::new();
+    for (name, text) in files {
+        parse_file(dir.join(name), text, &mut policies)?;
     }
     Ok(policies)
 }

@@ -86,26 +86,66 @@ fn read_dir_objects(dir: &Path) -> Result<Vec<Value>, LoadError> {
             path: path.clone(),
             source,
         })?;
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| LoadError::Invalid {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        for doc in docs.into_iter().filter(|d| !d.is_null()) {
-            let named = doc["apiVersion"].is_string() && doc["kind"].is_string() && doc["metadata"]["name"].is_string();
-            if !named {
-                return Err(LoadError::Invalid {
-                    path,
-                    reason: "a document lacks apiVersion, kind or metadata.name".into(),
-                });
-            }
-            objects.push(doc);
-        }
+        parse_file(path, &text, &mut objects)?;
     }
     Ok(objects)
 }
 
-/// Load `<dir>/apply`, `<dir>/delete` and `<dir>/chart-version`.
+/// The objects of one file's `text` (several documents, empty ones skipped), appended to `objects`.
+fn parse_file(path: PathBuf, text: &str, objects: &mut Vec<Value>) -> Result<(), LoadError> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| LoadError::Invalid {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let named = doc["apiVersion"].is_string() && doc["kind"].is_string() && doc["metadata"]["name"].is_string();
+        if !named {
+            return Err(LoadError::Invalid {
+                path,
+                reason: "a document lacks apiVersion, kind or metadata.name".into(),
+            });
+        }
+        objects.push(doc);
+    }
+    Ok(())
+}
+
+/// [`read_dir_objects`] over `(file name, text)` pairs instead of a directory (same file filter, order and
+/// parsing); `dir` only names the files in errors.
+fn files_objects(dir: &Path, files: &[(&str, &str)]) -> Result<Vec<Value>, LoadError> {
+    let mut files: Vec<&(&str, &str)> = files
+        .iter()
+        .filter(|(name, _)| Path::new(name).extension().is_some_and(|e| e == "yml" || e == "yaml"))
+        .collect();
+    files.sort_by_key(|(name, _)| *name);
+    let mut objects = Vec::new();
+    for (name, text) in files {
+        parse_file(dir.join(name), text, &mut objects)?;
+    }
+    Ok(objects)
+}
+
+/// What [`load`] returns for a directory holding these `apply/` and `delete/` files and this
+/// `chart-version` text (the copy built into the binary, see `crate::embedded`).
+pub fn from_files(
+    apply: &[(&str, &str)],
+    delete: &[(&str, &str)],
+    chart_version: &str,
+) -> Result<ModuleResources, LoadError> {
+    let dir = Path::new(crate::embedded::MODULE_RESOURCES);
+    Ok(ModuleResources {
+        apply: files_objects(&dir.join("apply"), apply)?,
+        delete: files_objects(&dir.join("delete"), delete)?,
+        chart_version: chart_version.trim().to_string(),
+    })
+}
+
+/// Load `<dir>/apply`, `<dir>/delete` and `<dir>/chart-version`; the empty path loads the copy built into
+/// the binary (`crate::embedded`).
 pub fn load(dir: &Path) -> Result<ModuleResources, LoadError> {
+    if crate::embedded::is_builtin(dir) {
+        return crate::embedded::module_resources();
+    }
     let version_path = dir.join("chart-version");
     let chart_version = std::fs::read_to_string(&version_path)
         .map_err(|source| LoadError::Read {

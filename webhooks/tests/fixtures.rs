@@ -1,5 +1,5 @@
-//! Every AdmissionReview recorded from a real kube-apiserver (shared/fixtures/admission), sent over TLS
-//! with HTTP/1.1 and with HTTP/2, gets the verdict, warnings and patch product.md implies.
+//! Every AdmissionReview recorded from a real kube-apiserver (`tests/fixtures/admission`), sent over TLS
+//! with HTTP/1.1 and with HTTP/2, gets the verdict, warnings and patch docs/behaviour.md#admission-webhooks implies.
 
 mod common;
 
@@ -90,7 +90,7 @@ async fn run_all(protocol: Protocol) {
     let server = TestServer::start().await;
     let mut conn = server.connect(protocol).await;
     let mut files: Vec<_> = std::fs::read_dir(fixtures_dir())
-        .expect("shared/fixtures/admission must sit beside the repository")
+        .expect("webhooks/tests/fixtures/admission holds the recorded AdmissionReviews")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();

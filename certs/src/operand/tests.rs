@@ -295,7 +295,7 @@ fn ca_not_valid_yet_means_full_regeneration() {
 
 #[test]
 fn ca_key_is_not_checked_when_the_webhook_certificate_is_kept() {
-    // As in the reference: only presence of the key is checked.
+    // As in the Go manager: only presence of the key is checked.
     let (ca, webhook) = valid_data();
     let (other_ca, _) = valid_pair();
     for key in [b"garbage".to_vec(), other_ca.key_pem.into_bytes()] {
@@ -312,7 +312,7 @@ fn ca_key_is_not_checked_when_the_webhook_certificate_is_kept() {
 
 #[test]
 fn ca_with_a_named_subject_can_issue() {
-    // Like the reference's older CAs (subject O=SAP).
+    // Like the Go manager's older CAs (subject O=SAP).
     let ca = custom_cert(None, |p| {
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         p.distinguished_name.push(DnType::OrganizationName, "SAP");
@@ -393,7 +393,7 @@ fn unparsable_webhook_certificate_means_webhook_only() {
 
 #[test]
 fn webhook_key_is_not_checked() {
-    // As in the reference: a present, non-empty tls.key is accepted without parsing it.
+    // As in the Go manager: a present, non-empty tls.key is accepted without parsing it.
     let (ca, webhook) = valid_data();
     let (_, other_leaf) = valid_pair();
     for key in [b"garbage".to_vec(), other_leaf.key_pem.into_bytes()] {
@@ -424,7 +424,7 @@ fn webhook_for_another_namespace_means_webhook_only() {
         decide(Some(&ca), Some(&webhook), t0(), &other_ns),
         Decision::WebhookOnly(Reason::WebhookNamesMismatch)
     );
-    // The reference's two names (without .svc.cluster.local) are enough.
+    // The Go manager's two names (without .svc.cluster.local) are enough.
     let (ca_pair, _) = valid_pair();
     let reference_names = webhook_dns_names("kyma-system")[..2].to_vec();
     let leaf = new_leaf(&ca_pair, KeyAlgorithm::EcdsaP256, 30 * DAY, reference_names, t0());
@@ -443,7 +443,7 @@ fn webhook_signed_by_a_foreign_ca_means_full_regeneration() {
         decide_at(&ca, &webhook, t0()),
         Decision::Full(Reason::WebhookNotSignedByCa)
     );
-    // Expiry is checked before the chain, as in the reference.
+    // Expiry is checked before the chain, as in the Go manager.
     let near_end = not_after(foreign_leaf.cert_pem.as_bytes()) - SEC;
     assert_eq!(
         decide_at(&ca, &webhook, near_end),
@@ -518,7 +518,7 @@ fn to_pkcs1_pem(pkcs8_pem: &str) -> String {
 fn rsa_ca_with_ecdsa_webhook_certificate() {
     let s = settings();
     let mut ca = new_ca(KeyAlgorithm::Rsa2048, s.ca_validity, t0());
-    // The reference stores PKCS#1 keys; signing with such a CA key must work.
+    // The Go manager stores PKCS#1 keys; signing with such a CA key must work.
     ca.key_pem = to_pkcs1_pem(&ca.key_pem);
     assert!(ca.key_pem.starts_with("-----BEGIN RSA PRIVATE KEY-----"));
     let leaf = new_leaf(&ca, KeyAlgorithm::EcdsaP256, s.webhook_validity, s.dns_names(), t0());

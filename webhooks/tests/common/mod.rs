@@ -113,8 +113,9 @@ where
     }
 }
 
+/// The AdmissionReviews recorded from a real kube-apiserver (test data inside the repository).
 pub fn fixtures_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/admission")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission")
 }
 
 /// An AdmissionReview body for a request about a BtpOperator.

@@ -3,8 +3,8 @@
 //! `timeoutSeconds`, `caBundle` verification and warnings. `matchConditions` are ignored (every
 //! webhook whose rules and selectors match is called); `reinvocationPolicy` is ignored.
 
+use crate::context::{ns_gr, Ctx, State};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{ns_gr, Ctx};
 use crate::selectors::LabelSelector;
 use crate::util::{labels_of, name_of, new_uid};
 use base64::Engine;
@@ -293,7 +293,7 @@ fn target_url(wh: &Value) -> String {
     format!("https://{}.{}.svc:{port}{}", g("name"), g("namespace"), g("path"))
 }
 
-async fn call(st: &crate::server::State, wh: &Value, review: &Value) -> Result<Value, String> {
+async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
     let cc = wh.get("clientConfig").cloned().unwrap_or(json!({}));
     let url = target_url(wh);
     let fail = |e: String| format!("failed to call webhook: Post {url:?}: {e}");

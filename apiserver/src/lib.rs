@@ -5,6 +5,7 @@
 //! See `README.md` for what is and is not supported.
 
 pub mod admission;
+mod context;
 pub mod error;
 pub mod events;
 pub mod faults;
@@ -12,6 +13,7 @@ mod handlers;
 pub mod patch;
 pub mod proto;
 pub mod registry;
+mod render;
 pub mod selectors;
 mod server;
 pub mod ssa;
@@ -73,7 +75,7 @@ impl ApiServer {
 /// A running server. Dropping the handle stops it (without waiting);
 /// [`RunningApiServer::shutdown`] stops it and waits for the listener task.
 pub struct RunningApiServer {
-    pub(crate) state: Arc<server::State>,
+    pub(crate) state: Arc<context::State>,
     pub(crate) addr: SocketAddr,
     pub(crate) ca_pem: String,
     pub(crate) ca_der: Vec<u8>,

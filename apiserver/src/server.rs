@@ -1,35 +1,18 @@
 //! Listener (TLS, HTTP/1.1 + HTTP/2), authentication, routing and request logging.
 
+use crate::context::{ok_json, Ctx, State, Target};
 use crate::error::{ApiError, Error};
 use crate::faults::{FaultInjector, RequestLog, RequestRecord};
-use crate::registry::{Registry, ResourceDef};
+use crate::registry::Registry;
 use crate::store::Store;
-use crate::{Config, RunningApiServer, ServiceMap};
+use crate::{Config, RunningApiServer};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
-
-pub(crate) struct State {
-    pub store: Store,
-    pub registry: Registry,
-    pub token: String,
-    /// Further bearer tokens and the user each one authenticates (see `RunningApiServer::client_as`).
-    pub users: std::sync::RwLock<HashMap<String, String>>,
-    pub faults: FaultInjector,
-    pub log: RequestLog,
-    pub service_map: ServiceMap,
-    pub bookmark_interval: Duration,
-    pub namespace_termination_delay: Duration,
-    pub addr: SocketAddr,
-    pub shutdown: tokio::sync::watch::Receiver<bool>,
-    pub active_watches: std::sync::atomic::AtomicUsize,
-}
 
 pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
     let certs = crate::tls::generate(&[])?;
@@ -104,28 +87,6 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         shutdown: sd_tx,
         task: Some(task),
     })
-}
-
-/// A resolved resource request.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    pub def: Arc<ResourceDef>,
-    pub version: String,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub sub: Option<String>,
-}
-
-impl Target {
-    pub fn gr(&self) -> (String, String) {
-        self.def.key()
-    }
-    pub fn ns(&self) -> &str {
-        self.namespace.as_deref().unwrap_or("")
-    }
-    pub fn status(&self) -> bool {
-        self.sub.as_deref() == Some("status")
-    }
 }
 
 enum Route {
@@ -219,11 +180,6 @@ fn route(st: &State, path: &str) -> Route {
     }
 }
 
-fn json_response(code: StatusCode, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
 pub(crate) fn verb_of(method: &Method, t: &Target, watch: bool) -> &'static str {
     match (method.as_str(), t.name.is_some()) {
         ("GET", _) if watch => "watch",
@@ -303,7 +259,7 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
                 return ApiError::method_not_allowed("the server does not allow this method on the requested resource")
                     .into_response();
             }
-            return json_response(StatusCode::OK, &v);
+            return ok_json(StatusCode::OK, &v);
         }
         Route::NotFound => return ApiError::not_found_path().into_response(),
         Route::Resource(t, w) => (t, w),
@@ -329,7 +285,7 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
         Ok(b) => b.to_bytes(),
         Err(_) => return ApiError::new(413, "RequestEntityTooLarge", "request body too large").into_response(),
     };
-    let mut ctx = crate::handlers::Ctx {
+    let mut ctx = Ctx {
         st: st.clone(),
         t,
         q,
@@ -352,12 +308,6 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     }
     resp
 }
-
-pub(crate) fn ok_json(code: StatusCode, v: &Value) -> Response {
-    json_response(code, v)
-}
-
-pub(crate) type Query = HashMap<String, String>;
 
 /// Marks a Deployment as rolled out: `Available=True`, `Progressing=True`, replica counts equal
 /// to `spec.replicas` and `observedGeneration = generation` (no pods run in the embedded server).

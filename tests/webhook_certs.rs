@@ -426,3 +426,42 @@ async fn a_wiped_or_foreign_ca_bundle_is_restored_at_once() {
         .unwrap();
     drop(server);
 }
+
+/// The BtpOperator webhooks as split: with the manager unreachable, CREATE is refused (`Fail`: a misnamed CR
+/// must never slip through) and DELETE goes through (`Ignore`: it only warns, a down manager must never
+/// block a deletion). The embedded API server selects webhooks by operation and honours each policy.
+#[tokio::test]
+async fn with_the_manager_down_create_is_refused_and_delete_is_not_blocked() {
+    use btp_api::BtpOperator;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let (_server, client) = api_server().await;
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &BtpOperator::crd().unwrap())
+        .await
+        .unwrap();
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
+    crs.create(&PostParams::default(), &BtpOperator::new("btpoperator"))
+        .await
+        .unwrap();
+    // Registered, but nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let manager = certs(&client, policy(), &url);
+    let s = manager.settle().await.unwrap();
+    let leaf = s.leaf.as_ref().unwrap();
+    let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    manager.publish(&s, &cert).await.unwrap();
+
+    let refused = crs
+        .create(&PostParams::default(), &BtpOperator::new("another"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("failed calling webhook"), "{refused}");
+    crs.delete("btpoperator", &DeleteParams::default())
+        .await
+        .expect("DELETE is not blocked by a manager that is down");
+    assert!(crs.get_opt("btpoperator").await.unwrap().is_none());
+}

@@ -465,3 +465,34 @@ async fn with_the_manager_down_create_is_refused_and_delete_is_not_blocked() {
         .expect("DELETE is not blocked by a manager that is down");
     assert!(crs.get_opt("btpoperator").await.unwrap().is_none());
 }
+
+/// The manager's own `matchConditions`, evaluated with CEL as the (embedded) API server does: the Secret
+/// webhooks see the required Secret only, and the BtpOperator webhooks have no conditions.
+#[test]
+fn the_secret_webhooks_match_the_required_secret_only() {
+    let config = serde_json::to_value(WebhookManifests::in_cluster(NS).validating()).unwrap();
+    let mutating = serde_json::to_value(WebhookManifests::in_cluster(NS).mutating()).unwrap();
+    let hooks: Vec<serde_json::Value> = [config, mutating]
+        .iter()
+        .flat_map(|c| c["webhooks"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let request = |name: &str| {
+        let object =
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}});
+        serde_json::json!({"operation": "CREATE", "object": object, "oldObject": null})
+    };
+    for hook in &hooks {
+        let name = hook["name"].as_str().unwrap();
+        let secret_hook = name.contains("secret");
+        assert_eq!(
+            btp_apiserver::admission::match_conditions(hook, &request("sap-btp-manager")),
+            Ok(true),
+            "{name}"
+        );
+        assert_eq!(
+            btp_apiserver::admission::match_conditions(hook, &request("other")),
+            Ok(!secret_hook),
+            "{name}"
+        );
+    }
+}

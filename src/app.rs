@@ -102,22 +102,62 @@ fn webhook_endpoint(args: &RunArgs) -> (Endpoint, Vec<String>, Vec<IpAddr>) {
     (endpoint, dns, ips)
 }
 
+/// Whether the API server takes `matchConditions` in webhook configurations, from `/version`.
+pub async fn match_conditions_supported(client: &kube::Client) -> bool {
+    match client.apiserver_version().await {
+        Ok(v) => {
+            let supported = btp_webhooks::manifests::supports_match_conditions(&v.major, &v.minor);
+            if supported {
+                tracing::info!(version = %v.git_version, "Kubernetes API server");
+            } else {
+                tracing::warn!(
+                    version = %v.git_version,
+                    "Kubernetes before 1.28: the webhook configurations are registered without matchConditions \
+                     (every Secret CREATE/UPDATE in the chart namespace reaches the webhook, which ignores all but \
+                     the required Secret); full function from 1.28 on"
+                );
+            }
+            supported
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reading /version failed; assuming a current Kubernetes");
+            true
+        }
+    }
+}
+
 /// `btp-manager run`: webhook server with self-managed certificates, metrics and health endpoints.
+///
+/// Shutdown (SIGTERM or Ctrl-C): `/readyz` turns false at once and reconciling stops (the in-flight
+/// reconcile finishes, then the Lease is released); the webhooks keep answering for
+/// `--shutdown-drain-delay` so that the endpoints controller can take the pod out of the Service, then
+/// they stop accepting and finish what is in flight; the process exits 0.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API (KUBECONFIG, ~/.kube/config or in-cluster)")?;
+    // `term`: shutdown requested (stop reconciling, not ready); `stop`: the drain is over (stop serving).
+    let (term_tx, term_rx) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutdown requested");
-        let _ = stop_tx.send(true);
+        let _ = term_tx.send(true);
     });
+    let match_conditions = match_conditions_supported(&client).await;
 
     let mut registry = Registry::default();
     let webhook_metrics = WebhookMetrics::register(&mut registry);
-    let leader = args.leader_elect.then_some(args.namespace.as_str());
-    start_reconciler(&args.reconciler, leader, client.clone(), &mut registry, stop_rx.clone()).await?;
+    let election = args
+        .leader_elect
+        .then(|| LeaderElection::new(client.clone(), &args.namespace, args.leader_election_lease_duration));
+    let reconciler = spawn_reconciler(
+        &args.reconciler,
+        election,
+        client.clone(),
+        &mut registry,
+        term_rx.clone(),
+    )
+    .await?;
     let ready = ops::Readiness::default();
     serve_ops(
         args.metrics_bind_address,
@@ -134,6 +174,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         secret_namespace: args.reconciler.chart_namespace.clone(),
         secret_name: args.reconciler.secret_name.clone(),
         ca_bundle: Vec::new(),
+        match_conditions,
     };
     let cert: Arc<SwappableCert> = match &args.webhook.webhook_cert_dir {
         Some(dir) => {
@@ -170,15 +211,69 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
     tracing::info!(address = %args.webhook_bind_address, "webhook server listening");
-    ready.set(true);
-    btp_webhooks::server::serve(
+    let webhooks = tokio::spawn(btp_webhooks::server::serve(
         listener,
         server_config(cert)?,
         btp_webhooks::router(state),
         stopped(stop_rx),
-    )
+    ));
+    if !*term_rx.borrow() {
+        ready.set(true);
+    }
+    shut_down(ShutdownPlan {
+        term: term_rx,
+        stop: stop_tx,
+        ready,
+        drain_delay: args.shutdown_drain_delay,
+        reconciler,
+        webhooks,
+    })
     .await
-    .context("webhook server")?;
+}
+
+/// How long the in-flight reconcile and the Lease release may take after SIGTERM (deploy/deployment.yaml's
+/// `terminationGracePeriodSeconds` is larger than this plus the drain delay).
+pub const RECONCILER_STOP_BUDGET: Duration = Duration::from_secs(15);
+
+struct ShutdownPlan {
+    term: watch::Receiver<bool>,
+    stop: watch::Sender<bool>,
+    ready: ops::Readiness,
+    drain_delay: Duration,
+    reconciler: tokio::task::JoinHandle<()>,
+    webhooks: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Wait for the shutdown request, then: not ready at once, reconciler stopped and Lease released (it
+/// saw `term` too), webhooks served through the drain delay, then stopped.
+async fn shut_down(plan: ShutdownPlan) -> anyhow::Result<()> {
+    let ShutdownPlan {
+        mut term,
+        stop,
+        ready,
+        drain_delay,
+        reconciler,
+        webhooks,
+    } = plan;
+    let _ = term.wait_for(|t| *t).await;
+    ready.set(false);
+    let started = tokio::time::Instant::now();
+    tracing::info!(drain_delay = ?drain_delay, "shutdown requested: not ready; webhooks keep serving through the drain delay");
+    let reconciler = async move {
+        match tokio::time::timeout(RECONCILER_STOP_BUDGET, reconciler).await {
+            Ok(_) => tracing::info!(after = ?started.elapsed(), "reconciler stopped (lease released if held)"),
+            Err(_) => tracing::warn!(budget = ?RECONCILER_STOP_BUDGET, "reconciler did not stop in time"),
+        }
+    };
+    let drain = async move {
+        tokio::time::sleep(drain_delay).await;
+        let _ = stop.send(true);
+        let result = webhooks.await;
+        tracing::info!(after = ?started.elapsed(), "webhook server stopped");
+        result
+    };
+    let ((), served) = tokio::join!(reconciler, drain);
+    served.context("webhook server task")?.context("webhook server")?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -224,7 +319,7 @@ pub fn config_from_args(args: &ReconcilerArgs) -> Config {
 pub const LEADER_LEASE: &str = "ec023d38.kyma-project.io";
 
 /// Load the module resources and network policies and start the reconciler in the background: at once,
-/// or, with `leader_namespace`, whenever this process holds the Lease there.
+/// or, with `leader_namespace`, whenever this process holds the Lease there (see [`spawn_reconciler`]).
 pub async fn start_reconciler(
     args: &ReconcilerArgs,
     leader_namespace: Option<&str>,
@@ -232,6 +327,22 @@ pub async fn start_reconciler(
     registry: &mut Registry,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    let election = leader_namespace.map(|ns| LeaderElection::new(client.clone(), ns, DEFAULT_LEASE_DURATION));
+    spawn_reconciler(args, election, client, registry, stop).await.map(drop)
+}
+
+/// The Lease duration when none is given (`--leader-election-lease-duration`).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// Start the reconciler (behind `election` if given); the task ends once `stop` is set, after the
+/// in-flight reconcile and, when leading, after releasing the Lease.
+pub async fn spawn_reconciler(
+    args: &ReconcilerArgs,
+    election: Option<LeaderElection>,
+    client: kube::Client,
+    registry: &mut Registry,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let image = args
         .operand_image
         .clone()
@@ -260,34 +371,67 @@ pub async fn start_reconciler(
         metrics,
     );
     let ctx = Arc::new(ctx.with_network_policies(policies));
-    let Some(lease_namespace) = leader_namespace else {
-        tokio::spawn(reconciler::run(ctx, stopped(stop)));
-        return Ok(());
+    let Some(election) = election else {
+        return Ok(tokio::spawn(reconciler::run(ctx, stopped(stop))));
     };
-    let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
-    let lease = kube_lease_manager::LeaseManagerBuilder::new(client, LEADER_LEASE)
-        .with_namespace(lease_namespace.to_string())
-        .with_identity(identity)
-        .with_duration(15)
-        .with_grace(5)
-        .build()
-        .await
-        .context("preparing leader election")?;
-    tokio::spawn(lead_and_reconcile(lease, ctx, stop));
-    Ok(())
+    // The Lease must be readable (and creatable) before we say we started.
+    election.manager().await.context("preparing leader election")?;
+    Ok(tokio::spawn(lead_and_reconcile(election, ctx, stop)))
 }
 
-/// Reconcile while holding the lease; stop reconciling when it is lost, resume when regained.
-async fn lead_and_reconcile(
-    lease: kube_lease_manager::LeaseManager,
-    ctx: Arc<Context>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let (mut leader, task) = lease.watch().await;
+/// Who competes for [`LEADER_LEASE`], and where.
+#[derive(Clone)]
+pub struct LeaderElection {
+    /// The client.
+    pub client: kube::Client,
+    /// Namespace of the Lease (the manager's).
+    pub namespace: String,
+    /// This replica's identity (the pod name).
+    pub identity: String,
+    /// How long the Lease lasts without renewal (`--leader-election-lease-duration`).
+    pub lease_duration: Duration,
+}
+
+impl LeaderElection {
+    /// Compete in `namespace` as this pod (`HOSTNAME`, else a name from the process id).
+    pub fn new(client: kube::Client, namespace: &str, lease_duration: Duration) -> Self {
+        let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
+        Self {
+            client,
+            namespace: namespace.to_string(),
+            identity,
+            lease_duration,
+        }
+    }
+
+    /// A fresh lease manager (it reads the Lease, creating it when absent).
+    pub async fn manager(&self) -> Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError> {
+        let duration = self.lease_duration.as_secs().max(2);
+        kube_lease_manager::LeaseManagerBuilder::new(self.client.clone(), LEADER_LEASE)
+            .with_namespace(self.namespace.clone())
+            .with_identity(self.identity.clone())
+            .with_duration(duration)
+            .with_grace(5.min(duration / 3))
+            .build()
+            .await
+    }
+}
+
+/// Reconcile while holding the lease; stop reconciling when it is lost, resume when regained. When `stop`
+/// is set: let the in-flight reconcile finish, then release the Lease, then return.
+pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut stop: watch::Receiver<bool>) {
+    let (leader_tx, mut leader) = watch::channel(false);
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let elect = tokio::spawn(elect(election, leader_tx, release_rx));
     loop {
-        tokio::select! {
-            _ = leader.wait_for(|l| *l) => {}
+        let won = tokio::select! {
+            won = leader.wait_for(|l| *l) => won.is_ok(),
             _ = stop.wait_for(|s| *s) => break,
+        };
+        if !won {
+            // The election task ended (it only does when told to): wait for the stop.
+            let _ = stop.wait_for(|s| *s).await;
+            break;
         }
         tracing::info!("leading: reconciling");
         let (mut lost, mut stopping) = (leader.clone(), stop.clone());
@@ -303,9 +447,79 @@ async fn lead_and_reconcile(
         }
         tracing::info!("lost the lease: not reconciling");
     }
-    drop(leader);
-    if let Ok(Ok(manager)) = task.await {
-        let _ = manager.release().await;
+    // The reconciler has stopped: hand the Lease over.
+    let _ = release_tx.send(());
+    let _ = elect.await;
+}
+
+/// Keep competing for the Lease, publishing whether we lead, until `release`: then release it if held.
+///
+/// kube-lease-manager sleeps until the holder's lease would expire; a Lease released early (a leader
+/// shutting down) is seen through a watch instead, and a fresh manager takes it at once.
+async fn elect(
+    election: LeaderElection,
+    leader_tx: watch::Sender<bool>,
+    mut release: tokio::sync::oneshot::Receiver<()>,
+) {
+    use futures::StreamExt as _;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::runtime::{watcher, WatchStreamExt as _};
+    let leases: kube::Api<Lease> = kube::Api::namespaced(election.client.clone(), &election.namespace);
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={LEADER_LEASE}"));
+    let mut released = watcher(leases, by_name)
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|lease| async move {
+            let lease = lease.ok()?;
+            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            holder.is_empty().then_some(())
+        })
+        .boxed();
+    let mut manager: Option<kube_lease_manager::LeaseManager> = None;
+    let mut leading = false;
+    loop {
+        let Some(current) = manager.as_ref() else {
+            match election.manager().await {
+                Ok(m) => manager = Some(m),
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election: reading the Lease failed");
+                    tokio::select! {
+                        _ = &mut release => break,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+            continue;
+        };
+        tokio::select! {
+            biased;
+            _ = &mut release => break,
+            changed = current.changed() => match changed {
+                Ok(now) => {
+                    leading = now;
+                    let _ = leader_tx.send(now);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election: renewing or taking the Lease failed");
+                    tokio::select! {
+                        _ = &mut release => break,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            },
+            Some(()) = released.next(), if !leading => {
+                // Released by its holder: look again now rather than at its old expiry.
+                manager = None;
+            }
+        }
+    }
+    if leading {
+        if let Some(manager) = &manager {
+            match manager.release().await {
+                Ok(()) => tracing::info!("lease released"),
+                Err(e) => tracing::warn!(error = %e, "releasing the lease failed; it expires by itself"),
+            }
+        }
     }
 }
 

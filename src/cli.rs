@@ -53,6 +53,14 @@ pub struct RunArgs {
     /// Enable leader election (only the leader reconciles; every replica serves webhooks).
     #[arg(long)]
     pub leader_elect: bool,
+    /// How long a leader's Lease lasts without renewal: a standby takes over a crashed leader after this
+    /// long (a leader that shuts down releases it at once). Renewed 5 s (at most a third) before expiry.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_election_lease_duration: std::time::Duration,
+    /// On SIGTERM: how long the webhooks keep answering after `/readyz` turned false (endpoints take a
+    /// moment to drop the pod). Reconciling stops and the Lease is released at once.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_drain_delay: std::time::Duration,
     #[command(flatten)]
     pub reconciler: ReconcilerArgs,
     #[command(flatten)]
@@ -214,6 +222,7 @@ mod tests {
             "the built-in copy by default"
         );
         assert_eq!(args.webhook.webhook_key_algorithm, btp_certs::KeyAlgorithm::EcdsaP256);
+        assert_eq!(args.shutdown_drain_delay, std::time::Duration::from_secs(5));
         assert!(Cli::try_parse_from(["btp-manager", "run", "--webhook-key-algorithm", "dsa"]).is_err());
     }
 

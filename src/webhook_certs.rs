@@ -4,10 +4,15 @@
 //! What to do is decided by `btp_certs::rotation` (pure); this module only reads and writes the API.
 //! Every write of the Secret is a create-if-absent or an update carrying the `resourceVersion` it read,
 //! so replicas starting together converge on one CA: the loser of a race re-reads and adopts the winner's.
+//!
+//! The webhook configurations are watched too: a wiped or foreign `caBundle` (an edit by hand, a GitOps
+//! re-sync of `deploy/webhooks.yaml`) is put back at once. They are compared before applying, so a
+//! configuration already as wanted is not written (Kubernetes 1.24 re-writes an unchanged one on every
+//! server-side apply, which would wake the watch again).
 
 use btp_api::names;
 use btp_certs::rotation::{self, Policy, Step, Stored};
-use btp_webhooks::manifests::WebhookManifests;
+use btp_webhooks::manifests::{is_match_conditions_schema_error, WebhookManifests};
 use btp_webhooks::tls::SwappableCert;
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
@@ -17,6 +22,7 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -57,6 +63,8 @@ pub struct WebhookCerts {
     secret_name: String,
     policy: Policy,
     manifests: WebhookManifests,
+    /// Set when the API server refused `matchConditions` (older than its `/version` claimed).
+    without_match_conditions: AtomicBool,
 }
 
 const MAX_CONFLICTS: usize = 8;
@@ -76,6 +84,7 @@ impl WebhookCerts {
             secret_name: secret_name.into(),
             policy,
             manifests,
+            without_match_conditions: AtomicBool::new(false),
         }
     }
 
@@ -161,11 +170,27 @@ impl WebhookCerts {
             cert.set(next);
             tracing::info!("serving a new webhook certificate");
         }
-        let manifests = WebhookManifests {
+        let mut manifests = WebhookManifests {
             ca_bundle: stored.ca_bundle().into_bytes(),
             ..self.manifests.clone()
         };
-        apply_configurations(&self.client, &manifests).await
+        if self.without_match_conditions.load(Ordering::Relaxed) {
+            manifests.match_conditions = false;
+        }
+        match apply_configurations(&self.client, &manifests).await {
+            Err(CertsError::Api { source, .. })
+                if manifests.match_conditions && is_match_conditions_schema_error(&source.to_string()) =>
+            {
+                tracing::warn!(
+                    "the API server does not know matchConditions (Kubernetes before 1.28): registering the \
+                     webhooks without them; the handlers still only act on the required Secret"
+                );
+                self.without_match_conditions.store(true, Ordering::Relaxed);
+                manifests.match_conditions = false;
+                apply_configurations(&self.client, &manifests).await
+            }
+            other => other,
+        }
     }
 
     /// Keep everything in step until `shutdown`: wake on any change of the Secret and when the next
@@ -173,7 +198,25 @@ impl WebhookCerts {
     pub async fn run(self, cert: Arc<SwappableCert>, shutdown: impl std::future::Future<Output = ()>) {
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.secret_name));
         // With backoff: a lost API server must not turn this into a busy loop.
-        let mut changes = watcher(self.secrets.clone(), config).default_backoff().boxed();
+        let secret_changes = watcher(self.secrets.clone(), config)
+            .default_backoff()
+            .map(|e| e.map(|_| ()));
+        // Our webhook configurations: a wiped or foreign caBundle is put back at once.
+        let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let validating = watcher(
+            Api::<ValidatingWebhookConfiguration>::all(self.client.clone()),
+            by_name(names::webhook::VALIDATING_CONFIGURATION),
+        )
+        .default_backoff()
+        .map(|e| e.map(|_| ()));
+        let mutating = watcher(
+            Api::<MutatingWebhookConfiguration>::all(self.client.clone()),
+            by_name(names::webhook::MUTATING_CONFIGURATION),
+        )
+        .default_backoff()
+        .map(|e| e.map(|_| ()));
+        let mut changes =
+            futures::stream::select(secret_changes, futures::stream::select(validating, mutating)).boxed();
         let mut failures = 0u32;
         tokio::pin!(shutdown);
         loop {
@@ -227,26 +270,121 @@ fn backoff(failures: &mut u32, error: &CertsError) -> Duration {
     wait.min(Duration::from_secs(60))
 }
 
-/// Server-side apply both webhook configurations (field manager `btp-manager`, force).
+/// Server-side apply both webhook configurations (field manager `btp-manager`, force), each only when
+/// what is stored differs from what we want.
 pub async fn apply_configurations(client: &kube::Client, manifests: &WebhookManifests) -> Result<(), CertsError> {
+    apply_if_changed(
+        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        names::webhook::VALIDATING_CONFIGURATION,
+        &manifests.validating(),
+    )
+    .await?;
+    apply_if_changed(
+        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        names::webhook::MUTATING_CONFIGURATION,
+        &manifests.mutating(),
+    )
+    .await
+}
+
+async fn apply_if_changed<K>(api: &Api<K>, name: &str, desired: &K) -> Result<(), CertsError>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let kind = K::kind(&()).to_string();
+    let current = api
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("reading the {kind}")))?;
+    let desired_json = serde_json::to_value(desired).unwrap_or_default();
+    if let Some(current) = current {
+        if contains(&serde_json::to_value(&current).unwrap_or_default(), &desired_json) {
+            return Ok(());
+        }
+    }
     let params = PatchParams::apply(names::FIELD_MANAGER).force();
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    validating
-        .patch(
-            names::webhook::VALIDATING_CONFIGURATION,
-            &params,
-            &Patch::Apply(&manifests.validating()),
-        )
+    api.patch(name, &params, &Patch::Apply(desired))
         .await
-        .map_err(api_err("applying the ValidatingWebhookConfiguration"))?;
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    mutating
-        .patch(
-            names::webhook::MUTATING_CONFIGURATION,
-            &params,
-            &Patch::Apply(&manifests.mutating()),
-        )
-        .await
-        .map_err(api_err("applying the MutatingWebhookConfiguration"))?;
+        .map_err(|source| {
+            let mut action = format!("applying the {kind}");
+            if source.to_string().contains("not declared in schema") {
+                action.push_str(
+                    " (the API server does not know a field the manager sets: BTP Manager supports Kubernetes 1.24 \
+                 and later; check `kubectl version` and see the README's Kubernetes versions section)",
+                );
+            }
+            CertsError::Api { action, source }
+        })?;
+    tracing::info!(%kind, %name, "webhook configuration applied");
     Ok(())
+}
+
+/// Whether `current` holds everything `desired` says: objects field by field (extra fields such as
+/// server defaults are fine), the `webhooks` list matched by name, other lists element by element.
+pub fn contains(current: &serde_json::Value, desired: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (current, desired) {
+        (_, Value::Null) => true,
+        (Value::Object(c), Value::Object(d)) => d.iter().all(|(k, dv)| match c.get(k) {
+            Some(cv) if k == "webhooks" => named_lists_contain(cv, dv),
+            Some(cv) => contains(cv, dv),
+            None => dv.is_null() || dv.as_object().is_some_and(|o| o.is_empty()),
+        }),
+        (Value::Array(c), Value::Array(d)) => c.len() == d.len() && c.iter().zip(d).all(|(c, d)| contains(c, d)),
+        (c, d) => c == d,
+    }
+}
+
+fn named_lists_contain(current: &serde_json::Value, desired: &serde_json::Value) -> bool {
+    let (Some(current), Some(desired)) = (current.as_array(), desired.as_array()) else {
+        return contains(current, desired);
+    };
+    current.len() == desired.len()
+        && desired.iter().all(|d| {
+            current
+                .iter()
+                .find(|c| c.get("name") == d.get("name"))
+                .is_some_and(|c| contains(c, d))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_unchanged_configuration_is_not_written_again() {
+        let desired = json!({"metadata": {"name": "c", "labels": {"a": "b"}},
+            "webhooks": [{"name": "x", "clientConfig": {"caBundle": "Q0E="}, "rules": [{"operations": ["CREATE"]}]},
+                         {"name": "y", "clientConfig": {"caBundle": "Q0E="}}]});
+        // What a server returns: defaults and metadata added, the webhooks in another order.
+        let stored = json!({"metadata": {"name": "c", "labels": {"a": "b"}, "resourceVersion": "7"},
+            "webhooks": [{"name": "y", "clientConfig": {"caBundle": "Q0E="}, "objectSelector": {}},
+                         {"name": "x", "clientConfig": {"caBundle": "Q0E="}, "rules": [{"operations": ["CREATE"], "scope": "*"}]}]});
+        assert!(contains(&stored, &desired));
+    }
+
+    #[test]
+    fn a_wiped_or_foreign_ca_bundle_or_a_missing_webhook_is_a_change() {
+        let desired = json!({"webhooks": [{"name": "x", "clientConfig": {"caBundle": "Q0E="}}]});
+        assert!(!contains(
+            &json!({"webhooks": [{"name": "x", "clientConfig": {}}]}),
+            &desired
+        ));
+        assert!(!contains(
+            &json!({"webhooks": [{"name": "x", "clientConfig": {"caBundle": "T1RIRVI="}}]}),
+            &desired
+        ));
+        assert!(!contains(&json!({"webhooks": []}), &desired));
+        assert!(!contains(
+            &json!({"webhooks": [{"name": "x", "clientConfig": {"caBundle": "Q0E="}}, {"name": "z"}]}),
+            &desired
+        ));
+        let rules = json!({"webhooks": [{"name": "x", "rules": [{"operations": ["CREATE", "DELETE"]}]}]});
+        assert!(!contains(
+            &rules,
+            &json!({"webhooks": [{"name": "x", "rules": [{"operations": ["CREATE"]}]}]})
+        ));
+    }
 }

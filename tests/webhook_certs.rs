@@ -136,7 +136,11 @@ async fn publish_serves_the_leaf_and_puts_the_ca_bundle_in_both_configurations()
     let cert = SwappableCert::new(placeholder);
     manager.publish(&s, &cert).await.unwrap();
     let all = bundles(&client).await;
-    assert_eq!(all.len(), 4, "two webhooks in each configuration");
+    assert_eq!(
+        all.len(),
+        5,
+        "three validating webhooks (BtpOperator CREATE, DELETE, Secret), two mutating"
+    );
     for bundle in all {
         assert_eq!(bundle, s.ca_bundle().into_bytes());
     }
@@ -362,4 +366,160 @@ async fn a_certificate_secret_with_the_module_resource_labels_is_relabelled_in_p
     assert!(!labels.contains_key("app.kubernetes.io/managed-by"), "{labels:?}");
     assert_eq!(labels["app.kubernetes.io/part-of"], "btp-manager");
     assert_eq!(labels["team"], "x", "labels others added are kept");
+}
+
+/// The run loop watches the manager's own webhook configurations: a wiped caBundle and a foreign one are
+/// put back within 2 s, without waiting for the hourly re-check; a steady state writes nothing.
+#[tokio::test]
+async fn a_wiped_or_foreign_ca_bundle_is_restored_at_once() {
+    use kube::api::{Patch, PatchParams};
+    let (server, client) = api_server().await;
+    let manager = certs(&client, policy(), "https://127.0.0.1:1");
+    let s = manager.settle().await.unwrap();
+    let leaf = s.leaf.as_ref().unwrap();
+    let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    manager.publish(&s, &cert).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(certs(&client, policy(), "https://127.0.0.1:1").run(cert, async move {
+        let _ = stop_rx.await;
+    }));
+    let want = s.ca_bundle().into_bytes();
+    let all_ours = |client: kube::Client, want: Vec<u8>| async move {
+        let all = bundles(&client).await;
+        all.len() == 5 && all.iter().all(|b| *b == want)
+    };
+    wait_until(Duration::from_secs(5), "the run loop settled", || {
+        all_ours(client.clone(), want.clone())
+    })
+    .await;
+
+    // Settled: a further round (a watch event of our own) writes nothing.
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let name = btp_api::names::webhook::VALIDATING_CONFIGURATION;
+    let rv = validating.get(name).await.unwrap().metadata.resource_version;
+    manager
+        .publish(
+            &s,
+            &SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        validating.get(name).await.unwrap().metadata.resource_version,
+        rv,
+        "an unchanged configuration is not re-written"
+    );
+
+    // A real CA, but not ours: the API server's.
+    let foreign = server.ca_pem();
+    for (what, bundle) in [("wiped", None), ("foreign", Some(foreign))] {
+        let mut config = validating.get(name).await.unwrap();
+        for hook in config.webhooks.iter_mut().flatten() {
+            hook.client_config.ca_bundle = bundle.clone().map(|b| ByteString(b.into_bytes()));
+        }
+        // The stored edit (the manager may put it back before we could read it again).
+        let edited = validating.replace(name, &PostParams::default(), &config).await.unwrap();
+        assert!(
+            edited
+                .webhooks
+                .iter()
+                .flatten()
+                .all(|h| h.client_config.ca_bundle.as_ref().map(|b| &b.0) != Some(&want)),
+            "{what}: the edit took"
+        );
+        wait_until(Duration::from_secs(2), &format!("{what} caBundle restored"), || {
+            all_ours(client.clone(), want.clone())
+        })
+        .await;
+    }
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let wipe = serde_json::json!({"webhooks": [{"name": "mbtpoperator.operator.kyma-project.io", "clientConfig": {"caBundle": null}}]});
+    mutating
+        .patch(
+            btp_api::names::webhook::MUTATING_CONFIGURATION,
+            &PatchParams::default(),
+            &Patch::Strategic(&wipe),
+        )
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(2), "mutating caBundle restored", || {
+        all_ours(client.clone(), want.clone())
+    })
+    .await;
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("run loop stops")
+        .unwrap();
+    drop(server);
+}
+
+/// The BtpOperator webhooks as split: with the manager unreachable, CREATE is refused (`Fail`: a misnamed CR
+/// must never slip through) and DELETE goes through (`Ignore`: it only warns, a down manager must never
+/// block a deletion). The embedded API server selects webhooks by operation and honours each policy.
+#[tokio::test]
+async fn with_the_manager_down_create_is_refused_and_delete_is_not_blocked() {
+    use btp_api::BtpOperator;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let (_server, client) = api_server().await;
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &BtpOperator::crd().unwrap())
+        .await
+        .unwrap();
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
+    crs.create(&PostParams::default(), &BtpOperator::new("btpoperator"))
+        .await
+        .unwrap();
+    // Registered, but nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let manager = certs(&client, policy(), &url);
+    let s = manager.settle().await.unwrap();
+    let leaf = s.leaf.as_ref().unwrap();
+    let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    manager.publish(&s, &cert).await.unwrap();
+
+    let refused = crs
+        .create(&PostParams::default(), &BtpOperator::new("another"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("failed calling webhook"), "{refused}");
+    crs.delete("btpoperator", &DeleteParams::default())
+        .await
+        .expect("DELETE is not blocked by a manager that is down");
+    assert!(crs.get_opt("btpoperator").await.unwrap().is_none());
+}
+
+/// The manager's own `matchConditions`, evaluated with CEL as the (embedded) API server does: the Secret
+/// webhooks see the required Secret only, and the BtpOperator webhooks have no conditions.
+#[test]
+fn the_secret_webhooks_match_the_required_secret_only() {
+    let config = serde_json::to_value(WebhookManifests::in_cluster(NS).validating()).unwrap();
+    let mutating = serde_json::to_value(WebhookManifests::in_cluster(NS).mutating()).unwrap();
+    let hooks: Vec<serde_json::Value> = [config, mutating]
+        .iter()
+        .flat_map(|c| c["webhooks"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let request = |name: &str| {
+        let object =
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}});
+        serde_json::json!({"operation": "CREATE", "object": object, "oldObject": null})
+    };
+    for hook in &hooks {
+        let name = hook["name"].as_str().unwrap();
+        let secret_hook = name.contains("secret");
+        assert_eq!(
+            btp_apiserver::admission::match_conditions(hook, &request("sap-btp-manager")),
+            Ok(true),
+            "{name}"
+        );
+        assert_eq!(
+            btp_apiserver::admission::match_conditions(hook, &request("other")),
+            Ok(!secret_hook),
+            "{name}"
+        );
+    }
 }

@@ -1,10 +1,12 @@
 //! Admission webhooks: mutating (in configuration name order, JSONPatch responses applied)
 //! then validating, with rules / namespaceSelector / objectSelector matching, `failurePolicy`,
-//! `timeoutSeconds`, `caBundle` verification and warnings. `matchConditions` are ignored (every
-//! webhook whose rules and selectors match is called); `reinvocationPolicy` is ignored.
+//! `timeoutSeconds`, `caBundle` verification and warnings. `matchConditions` are evaluated with CEL
+//! (`object`, `oldObject`, `request`; no `authorizer`): a webhook is called only when all are true, skipped
+//! when one is false, and an evaluation error counts as a failed call (`failurePolicy`).
+//! `reinvocationPolicy` is ignored.
 
+use crate::context::{ns_gr, Ctx, State};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{ns_gr, Ctx};
 use crate::selectors::LabelSelector;
 use crate::util::{labels_of, name_of, new_uid};
 use base64::Engine;
@@ -81,6 +83,46 @@ fn webhook_matches(wh: &Value, i: &Input, obj: Option<&Value>, old: Option<&Valu
     candidates.is_empty() || candidates.iter().any(|o| selector_matches(os, &labels_of(o)))
 }
 
+/// A webhook's `matchConditions` for this request: Ok(true) when all hold (or there are none), Ok(false)
+/// when one is false (even if another failed, as kube-apiserver decides), Err when one could not be
+/// evaluated to a bool.
+pub fn match_conditions(wh: &Value, request: &Value) -> Result<bool, String> {
+    let Some(conditions) = wh.get("matchConditions").and_then(Value::as_array) else {
+        return Ok(true);
+    };
+    let mut error = None;
+    for condition in conditions {
+        let name = condition.get("name").and_then(Value::as_str).unwrap_or("");
+        let expression = condition.get("expression").and_then(Value::as_str).unwrap_or("");
+        let outcome = cel::Program::compile(expression)
+            .map_err(|e| format!("compiling: {e}"))
+            .and_then(|program| {
+                let mut context = cel::Context::default();
+                for (var, value) in [
+                    ("object", &request["object"]),
+                    ("oldObject", &request["oldObject"]),
+                    ("request", request),
+                ] {
+                    context
+                        .add_variable(var, value.clone())
+                        .map_err(|e| format!("binding {var}: {e}"))?;
+                }
+                program.execute(&context).map_err(|e| e.to_string())
+            });
+        match outcome {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => return Ok(false),
+            Ok(other) => {
+                error.get_or_insert(format!("matchCondition {name:?} evaluated to {other:?}, not a bool"));
+            }
+            Err(e) => {
+                error.get_or_insert(format!("matchCondition {name:?}: {e}"));
+            }
+        }
+    }
+    error.map_or(Ok(true), Err)
+}
+
 /// Runs admission for a write. Returns the (possibly mutated) object.
 pub(crate) async fn admit(
     ctx: &mut Ctx,
@@ -142,6 +184,16 @@ pub(crate) async fn admit(
                 }
                 let wname = wh.get("name").and_then(Value::as_str).unwrap_or("").to_string();
                 let review = review(ctx, &input, &def.kind, obj.as_ref(), old);
+                let ignore = wh.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
+                match match_conditions(&wh, &review["request"]) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(msg) if ignore => {
+                        tracing::warn!(webhook = %wname, error = %msg, "matchConditions failed, ignoring (failurePolicy=Ignore)");
+                        continue;
+                    }
+                    Err(msg) => return Err(ApiError::internal(format!("failed calling webhook \"{wname}\": {msg}"))),
+                }
                 let timeout = wh
                     .get("timeoutSeconds")
                     .and_then(Value::as_u64)
@@ -160,7 +212,6 @@ pub(crate) async fn admit(
                     Ok(Outcome::Allowed(warnings)) => ctx.warnings.extend(warnings),
                     Ok(Outcome::Denied(e)) => return Err(e),
                     Err(msg) => {
-                        let ignore = wh.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
                         if ignore {
                             tracing::warn!(webhook = %wname, error = %msg, "webhook failed, ignoring (failurePolicy=Ignore)");
                             continue;
@@ -293,7 +344,7 @@ fn target_url(wh: &Value) -> String {
     format!("https://{}.{}.svc:{port}{}", g("name"), g("namespace"), g("path"))
 }
 
-async fn call(st: &crate::server::State, wh: &Value, review: &Value) -> Result<Value, String> {
+async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
     let cc = wh.get("clientConfig").cloned().unwrap_or(json!({}));
     let url = target_url(wh);
     let fail = |e: String| format!("failed to call webhook: Post {url:?}: {e}");

@@ -104,6 +104,9 @@ pub struct RequestRecord {
     pub subresource: String,
     pub namespace: String,
     pub name: String,
+    /// Who sent it: `system:admin` for the server's own token, else the user given to
+    /// `RunningApiServer::client_as` (empty when unauthenticated).
+    pub user: String,
     pub code: u16,
     /// Whether the request changed the store (a new resourceVersion was written).
     pub changed: bool,

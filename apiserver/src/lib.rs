@@ -5,6 +5,7 @@
 //! See `README.md` for what is and is not supported.
 
 pub mod admission;
+mod context;
 pub mod error;
 pub mod events;
 pub mod faults;
@@ -12,6 +13,7 @@ mod handlers;
 pub mod patch;
 pub mod proto;
 pub mod registry;
+mod render;
 pub mod selectors;
 mod server;
 pub mod ssa;
@@ -42,6 +44,9 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Address to listen on (port 0 = ephemeral).
     pub bind: SocketAddr,
+    /// How long a deleted namespace stays `Terminating` before its content is deleted (a real cluster's
+    /// namespace controller takes seconds; creates in it are refused meanwhile).
+    pub namespace_termination_delay: Duration,
 }
 
 impl Default for Config {
@@ -52,6 +57,7 @@ impl Default for Config {
             history: 10_000,
             bookmark_interval: Duration::from_secs(5),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            namespace_termination_delay: Duration::from_millis(500),
         }
     }
 }
@@ -69,7 +75,7 @@ impl ApiServer {
 /// A running server. Dropping the handle stops it (without waiting);
 /// [`RunningApiServer::shutdown`] stops it and waits for the listener task.
 pub struct RunningApiServer {
-    pub(crate) state: Arc<server::State>,
+    pub(crate) state: Arc<context::State>,
     pub(crate) addr: SocketAddr,
     pub(crate) ca_pem: String,
     pub(crate) ca_der: Vec<u8>,
@@ -119,6 +125,21 @@ impl RunningApiServer {
         c.auth_info.token = Some(self.state.token.clone().into());
         c.default_namespace = "default".into();
         c
+    }
+    /// A client that authenticates as `user` (e.g. `system:serviceaccount:kyma-system:btp-manager`),
+    /// with a token of its own. The server authorizes every user alike (there is no RBAC); the
+    /// request log records who sent each request, so tests can evaluate RBAC rules against it.
+    pub fn client_as(&self, user: &str) -> kube::Client {
+        let token = crate::util::new_token();
+        if let Ok(mut users) = self.state.users.write() {
+            users.insert(token.clone(), user.to_string());
+        }
+        let mut config = self.kube_config();
+        config.auth_info.token = Some(token.into());
+        match kube::Client::try_from(config) {
+            Ok(c) => c,
+            Err(e) => panic!("building a kube client for the embedded apiserver failed: {e}"),
+        }
     }
     /// A connected client.
     pub async fn client(&self) -> kube::Client {

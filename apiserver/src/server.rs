@@ -1,32 +1,18 @@
 //! Listener (TLS, HTTP/1.1 + HTTP/2), authentication, routing and request logging.
 
+use crate::context::{ok_json, Ctx, State, Target};
 use crate::error::{ApiError, Error};
 use crate::faults::{FaultInjector, RequestLog, RequestRecord};
-use crate::registry::{Registry, ResourceDef};
+use crate::registry::Registry;
 use crate::store::Store;
-use crate::{Config, RunningApiServer, ServiceMap};
+use crate::{Config, RunningApiServer};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
-
-pub(crate) struct State {
-    pub store: Store,
-    pub registry: Registry,
-    pub token: String,
-    pub faults: FaultInjector,
-    pub log: RequestLog,
-    pub service_map: ServiceMap,
-    pub bookmark_interval: Duration,
-    pub addr: SocketAddr,
-    pub shutdown: tokio::sync::watch::Receiver<bool>,
-    pub active_watches: std::sync::atomic::AtomicUsize,
-}
 
 pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
     let certs = crate::tls::generate(&[])?;
@@ -43,10 +29,12 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         store: Store::new(config.history),
         registry: Registry::new(),
         token,
+        users: std::sync::RwLock::new(HashMap::new()),
         faults: FaultInjector::default(),
         log: RequestLog::default(),
         service_map: std::sync::RwLock::new(config.service_map.clone()),
         bookmark_interval: config.bookmark_interval,
+        namespace_termination_delay: config.namespace_termination_delay,
         addr,
         shutdown: sd_rx.clone(),
         active_watches: std::sync::atomic::AtomicUsize::new(0),
@@ -99,28 +87,6 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         shutdown: sd_tx,
         task: Some(task),
     })
-}
-
-/// A resolved resource request.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    pub def: Arc<ResourceDef>,
-    pub version: String,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub sub: Option<String>,
-}
-
-impl Target {
-    pub fn gr(&self) -> (String, String) {
-        self.def.key()
-    }
-    pub fn ns(&self) -> &str {
-        self.namespace.as_deref().unwrap_or("")
-    }
-    pub fn status(&self) -> bool {
-        self.sub.as_deref() == Some("status")
-    }
 }
 
 enum Route {
@@ -214,11 +180,6 @@ fn route(st: &State, path: &str) -> Route {
     }
 }
 
-fn json_response(code: StatusCode, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
 pub(crate) fn verb_of(method: &Method, t: &Target, watch: bool) -> &'static str {
     match (method.as_str(), t.name.is_some()) {
         ("GET", _) if watch => "watch",
@@ -257,6 +218,7 @@ pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
         subresource: String::new(),
         namespace: String::new(),
         name: String::new(),
+        user: String::new(),
         code: 0,
         changed: false,
     };
@@ -266,18 +228,66 @@ pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
     resp
 }
 
-fn authorized(st: &State, headers: &HeaderMap) -> bool {
-    headers
+/// The user a request authenticates as (the admin token is `system:admin`).
+fn authenticated(st: &State, headers: &HeaderMap) -> Option<String> {
+    let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t.trim() == st.token)
+        .and_then(|v| v.strip_prefix("Bearer "))?
+        .trim();
+    if token == st.token {
+        return Some(ADMIN_USER.to_string());
+    }
+    st.users.read().ok()?.get(token).cloned()
 }
+
+/// Fill `rec` from the path of a request for a resource the server does not serve:
+/// `/api/v1/...` or `/apis/<group>/<version>/...`, then `[namespaces/<ns>/]<resource>[/<name>[/<sub>]]`.
+fn describe_unknown(method: &Method, path: &str, q: &crate::context::Query, rec: &mut RequestRecord) {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return,
+    };
+    let rest = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => {
+            rec.namespace = ns.to_string();
+            rest
+        }
+        rest => rest,
+    };
+    let Some((resource, rest)) = rest.split_first() else {
+        return;
+    };
+    rec.group = group.to_string();
+    rec.resource = resource.to_string();
+    rec.name = rest.first().map(|n| n.to_string()).unwrap_or_default();
+    rec.subresource = rest.get(1).map(|n| n.to_string()).unwrap_or_default();
+    let watch = crate::util::query_bool(q, "watch");
+    rec.verb = match (method.as_str(), rec.name.is_empty()) {
+        ("GET", _) if watch => "watch",
+        ("GET", false) => "get",
+        ("GET", true) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "delete",
+        ("DELETE", true) => "deletecollection",
+        _ => "other",
+    }
+    .into();
+}
+
+/// The user of the server's own token.
+pub(crate) const ADMIN_USER: &str = "system:admin";
 
 async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRecord) -> Response {
     let path = req.uri().path().to_string();
-    if !authorized(st, req.headers()) && !matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
-        return ApiError::unauthorized().into_response();
+    match authenticated(st, req.headers()) {
+        Some(user) => rec.user = user,
+        None if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") => {}
+        None => return ApiError::unauthorized().into_response(),
     }
     let q = crate::util::parse_query(req.uri().query());
     let (t, legacy_watch) = match route(st, &path) {
@@ -287,9 +297,14 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
                 return ApiError::method_not_allowed("the server does not allow this method on the requested resource")
                     .into_response();
             }
-            return json_response(StatusCode::OK, &v);
+            return ok_json(StatusCode::OK, &v);
         }
-        Route::NotFound => return ApiError::not_found_path().into_response(),
+        Route::NotFound => {
+            // A real API server authorizes before it finds out that a resource does not exist (say, a CRD
+            // not installed yet): record what the request asked for, so RBAC checks of the log see it.
+            describe_unknown(req.method(), &path, &q, rec);
+            return ApiError::not_found_path().into_response();
+        }
         Route::Resource(t, w) => (t, w),
     };
     let watch = legacy_watch || crate::util::query_bool(&q, "watch");
@@ -313,7 +328,7 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
         Ok(b) => b.to_bytes(),
         Err(_) => return ApiError::new(413, "RequestEntityTooLarge", "request body too large").into_response(),
     };
-    let mut ctx = crate::handlers::Ctx {
+    let mut ctx = Ctx {
         st: st.clone(),
         t,
         q,
@@ -336,12 +351,6 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     }
     resp
 }
-
-pub(crate) fn ok_json(code: StatusCode, v: &Value) -> Response {
-    json_response(code, v)
-}
-
-pub(crate) type Query = HashMap<String, String>;
 
 /// Marks a Deployment as rolled out: `Available=True`, `Progressing=True`, replica counts equal
 /// to `spec.replicas` and `observedGeneration = generation` (no pods run in the embedded server).

@@ -3,10 +3,10 @@
 //! A watch is a plain stream polled by the connection task (no spawned task), so it is
 //! dropped as soon as the client goes away.
 
+use crate::context::{Ctx, State, Target};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{present, selectors, table, wants_table, Ctx};
+use crate::render::{present, selectors, table, table_columns, wants_table};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::{State, Target};
 use crate::store::EventType;
 use axum::body::Body;
 use axum::http::{header, StatusCode};
@@ -58,12 +58,7 @@ impl W {
         let o = if typ == "ERROR" || typ == "BOOKMARK" {
             obj.clone()
         } else if self.table {
-            let cols = self
-                .t
-                .def
-                .version(&self.t.version)
-                .map(|v| v.columns.clone())
-                .unwrap_or_default();
+            let cols = table_columns(&self.t);
             let mut t = table(&[present(&self.t, obj)], json!({}), &cols);
             t["metadata"] = json!({"resourceVersion": crate::util::rv_of(obj).to_string()});
             t

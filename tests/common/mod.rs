@@ -28,11 +28,7 @@ pub enum Backend {
     /// The embedded API server (default).
     Embedded(RunningApiServer),
     /// The cluster of `BTP_E2E_KUBECONFIG`; the guard keeps tests of this binary one at a time.
-    Cluster {
-        _serial: tokio::sync::OwnedMutexGuard<()>,
-        created_crd: bool,
-        created_kyma_system: bool,
-    },
+    Cluster { _serial: tokio::sync::OwnedMutexGuard<()> },
 }
 
 static SERIAL: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
@@ -40,6 +36,26 @@ static SERIAL: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::Onc
 /// Whether the tests run against a real cluster.
 pub fn real_cluster() -> Option<String> {
     std::env::var("BTP_E2E_KUBECONFIG").ok().filter(|p| !p.is_empty())
+}
+
+/// How `Env::start_with` runs the manager.
+#[derive(Clone, Debug)]
+pub struct StartOptions {
+    /// On the embedded server: the user the manager's client authenticates as (its requests are logged
+    /// under that name); the harness keeps the admin client. None: one client for both.
+    pub manager_user: Option<String>,
+    /// Whether the harness runs the reconciler itself (false: the test starts the manager its own way,
+    /// e.g. through `app::spawn_reconciler` with leader election, using `Env::manager_client`).
+    pub reconcile: bool,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        Self {
+            manager_user: None,
+            reconcile: true,
+        }
+    }
 }
 
 async fn connect() -> (
@@ -83,6 +99,8 @@ where
 pub struct Env {
     pub backend: Backend,
     pub client: kube::Client,
+    /// The client the manager uses (see `StartOptions::manager_user`).
+    pub manager_client: kube::Client,
     pub ctx: Arc<Context>,
     config: Config,
     created_namespaces: std::sync::Mutex<Vec<String>>,
@@ -94,15 +112,24 @@ impl Env {
     /// Embedded API server, kyma-system, the CRD, the manager's reconciler; `deployments_become_available`
     /// plays the Deployment controller.
     pub async fn start(config: Config, deployments_become_available: bool) -> Self {
+        Self::start_with(config, deployments_become_available, StartOptions::default()).await
+    }
+
+    /// As `start`, with the manager's identity and whether the harness runs the reconciler.
+    pub async fn start_with(config: Config, deployments_become_available: bool, options: StartOptions) -> Self {
         let (server, serial, client) = connect().await;
+        let manager_client = match (&server, &options.manager_user) {
+            (Some(server), Some(user)) => server.client_as(user),
+            _ => client.clone(),
+        };
         if server.is_none() {
             // A test that failed earlier could not clean up after itself (panics skip `stop`).
-            cleanup(&client, false, false, &[]).await;
+            cleanup(&client, &[]).await;
         }
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}})).unwrap();
-        let created_kyma_system = ensure(&Api::<Namespace>::all(client.clone()), &ns).await;
-        let created_crd = ensure(
+        ensure(&Api::<Namespace>::all(client.clone()), &ns).await;
+        ensure(
             &Api::<CustomResourceDefinition>::all(client.clone()),
             &BtpOperator::crd().unwrap(),
         )
@@ -111,23 +138,22 @@ impl Env {
         if deployments_become_available && !real_operand {
             btp_apiserver::spawn_deployment_controller(client.clone());
         }
-        let (ctx, stop, task) = spawn_manager(&client, config.clone());
+        let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile);
         let backend = match (server, serial) {
             (Some(server), _) => Backend::Embedded(server),
             (None, serial) => Backend::Cluster {
                 _serial: serial.expect("serial guard"),
-                created_crd,
-                created_kyma_system,
             },
         };
         Self {
             backend,
             created_namespaces: std::sync::Mutex::new(Vec::new()),
             client,
+            manager_client,
             ctx,
             config,
             stop: Some(stop),
-            task: Some(task),
+            task,
         }
     }
 
@@ -135,10 +161,10 @@ impl Env {
     /// in-memory state, against the same API server.
     pub async fn restart_manager(&mut self) {
         self.stop_manager().await;
-        let (ctx, stop, task) = spawn_manager(&self.client, self.config.clone());
+        let (ctx, stop, task) = spawn_manager(&self.manager_client, self.config.clone(), true);
         self.ctx = ctx;
         self.stop = Some(stop);
-        self.task = Some(task);
+        self.task = task;
     }
 
     async fn stop_manager(&mut self) {
@@ -259,14 +285,9 @@ impl Env {
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
-        if let Backend::Cluster {
-            created_crd,
-            created_kyma_system,
-            ..
-        } = &self.backend
-        {
+        if let Backend::Cluster { .. } = &self.backend {
             let namespaces = self.created_namespaces.lock().unwrap().clone();
-            cleanup(&self.client, *created_crd, *created_kyma_system, &namespaces).await;
+            cleanup(&self.client, &namespaces).await;
         }
     }
 }
@@ -289,10 +310,11 @@ impl Drop for OperandDouble {
 fn spawn_manager(
     client: &kube::Client,
     config: Config,
+    reconcile: bool,
 ) -> (
     Arc<Context>,
     tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
+    Option<tokio::task::JoinHandle<()>>,
 ) {
     let module = resources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")).unwrap();
     let mut registry = prometheus_client::registry::Registry::default();
@@ -305,15 +327,17 @@ fn spawn_manager(
         Context::new(client.clone(), config, module, IMAGE.into(), None, metrics).with_network_policies(policies),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(reconciler::run(ctx.clone(), async move {
-        let _ = stopped.await;
-    }));
+    let task = reconcile.then(|| {
+        tokio::spawn(reconciler::run(ctx.clone(), async move {
+            let _ = stopped.await;
+        }))
+    });
     (ctx, stop, task)
 }
 
 /// Leave a real cluster as the test found it: the CRs (finalizers removed), the required Secret and config
 /// ConfigMap, what the tests add by hand, everything labelled managed-by=btp-manager, and what we created.
-async fn cleanup(client: &kube::Client, created_crd: bool, created_kyma_system: bool, namespaces: &[String]) {
+async fn cleanup(client: &kube::Client, namespaces: &[String]) {
     use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
     let ok = |r: Result<(), kube::Error>| match r {
         Ok(()) | Err(kube::Error::Api(_)) => {}
@@ -428,21 +452,31 @@ async fn cleanup(client: &kube::Client, created_crd: bool, created_kyma_system: 
             .await
             .map(|_| ()));
     }
-    if created_crd {
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        ok(crds
-            .delete("btpoperators.operator.kyma-project.io", &DeleteParams::default())
-            .await
-            .map(|_| ()));
-    }
+    // `kyma-system` and the BtpOperator CRD are shared fixtures: never deleted here (on a real cluster
+    // they take seconds to go, and the next test's creates would meanwhile be refused with 403
+    // NamespaceTerminating). What the tests created besides them is deleted and waited for, so that
+    // the next test starts on a settled cluster.
     let nss: Api<Namespace> = Api::all(client.clone());
-    for ns in namespaces
-        .iter()
-        .map(String::as_str)
-        .chain(created_kyma_system.then_some(names::KYMA_SYSTEM))
-    {
+    for ns in namespaces.iter().filter(|ns| ns.as_str() != names::KYMA_SYSTEM) {
         ok(nss.delete(ns, &DeleteParams::default()).await.map(|_| ()));
     }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    eventually(
+        Duration::from_secs(90),
+        "namespaces and CRDs deleted by the cleanup are gone",
+        || {
+            let (nss, crds, managed) = (nss.clone(), crds.clone(), managed.clone());
+            async move {
+                for ns in namespaces.iter().filter(|ns| ns.as_str() != names::KYMA_SYSTEM) {
+                    if !matches!(nss.get_opt(ns).await, Ok(None)) {
+                        return false;
+                    }
+                }
+                crds.list(&managed).await.is_ok_and(|l| l.items.is_empty())
+            }
+        },
+    )
+    .await;
 }
 
 pub fn credentials() -> serde_json::Value {

@@ -8,9 +8,15 @@
 //! - narrow rules: BtpOperators on CREATE (and DELETE for the validating warning), Secrets on CREATE and
 //!   UPDATE only in the manager's namespace (`namespaceSelector`) and only the required Secret
 //!   (`matchConditions` on the name, so unrelated Secrets never leave the API server);
-//! - `failurePolicy: Fail` for BtpOperator (a misnamed CR must never slip through), `Ignore` for the
-//!   Secret: if the manager is down, credentials can still be rotated; the reconciler re-validates them
-//!   anyway, so the cost of `Ignore` is a later error in the CR status instead of an immediate denial;
+//! - `failurePolicy: Fail` for BtpOperator CREATE (a misnamed CR must never slip through); `Ignore` for
+//!   BtpOperator DELETE (its own webhook entry: DELETE only warns, so a down manager must never block a
+//!   deletion) and for the Secret: if the manager is down, credentials can still be rotated; the
+//!   reconciler re-validates them anyway, so the cost of `Ignore` is a later error in the CR status
+//!   instead of an immediate denial;
+//! - Kubernetes before 1.28 has no `matchConditions` (1.27 only behind an alpha gate): there the
+//!   configurations are built without them ([`WebhookManifests::match_conditions`] `false`, decided by
+//!   [`supports_match_conditions`] from `/version`). The handlers filter by name themselves, so the only
+//!   cost is that every Secret CREATE/UPDATE in the namespace reaches the webhook;
 //! - `sideEffects: None`, `admissionReviewVersions: [v1]`, `timeoutSeconds: 5`;
 //! - mutating `reinvocationPolicy: IfNeeded` (the mutations are idempotent).
 
@@ -57,6 +63,40 @@ pub struct WebhookManifests {
     pub secret_name: String,
     /// PEM of the CA(s) the API server trusts for the webhook; empty in `deploy/` (the manager fills it).
     pub ca_bundle: Vec<u8>,
+    /// Whether to restrict the Secret webhooks with `matchConditions` (Kubernetes 1.28 and later).
+    pub match_conditions: bool,
+}
+
+/// The validating webhook for BtpOperator CREATE (`failurePolicy: Fail`).
+pub const VALIDATING_BTP_OPERATOR: &str = "vbtpoperator.operator.kyma-project.io";
+/// The validating webhook for BtpOperator DELETE (`failurePolicy: Ignore`; it only warns).
+pub const VALIDATING_BTP_OPERATOR_DELETE: &str = "vbtpoperator-delete.operator.kyma-project.io";
+
+/// The oldest Kubernetes minor version (1.x) whose API server knows `matchConditions` by default.
+pub const MATCH_CONDITIONS_SINCE_MINOR: u32 = 28;
+
+/// Whether an API server reporting `major`/`minor` (as in `/version`; providers append `+` and the like,
+/// e.g. `"28+"`) accepts `matchConditions` in webhook configurations. An unreadable version is taken as
+/// a current one: the manager then falls back when the server refuses the field (see
+/// [`is_match_conditions_schema_error`]).
+pub fn supports_match_conditions(major: &str, minor: &str) -> bool {
+    let number = |s: &str| -> Option<u32> {
+        let digits: String = s.trim().chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    match (number(major), number(minor)) {
+        (Some(1), Some(minor)) => minor >= MATCH_CONDITIONS_SINCE_MINOR,
+        (Some(major), _) if major > 1 => true,
+        (Some(0), _) => false,
+        _ => true,
+    }
+}
+
+/// Whether an API server error message says that `matchConditions` is not part of its schema (what
+/// Kubernetes before 1.27/1.28 answers to a server-side apply carrying them).
+pub fn is_match_conditions_schema_error(message: &str) -> bool {
+    message.contains("matchConditions")
+        && (message.contains("not declared in schema") || message.contains("unknown field"))
 }
 
 impl WebhookManifests {
@@ -69,6 +109,7 @@ impl WebhookManifests {
             secret_namespace: names::KYMA_SYSTEM.into(),
             secret_name: names::REQUIRED_SECRET_NAME.into(),
             ca_bundle: Vec::new(),
+            match_conditions: true,
         }
     }
 
@@ -127,11 +168,13 @@ impl WebhookManifests {
         }
     }
 
-    fn secret_match_conditions(&self) -> Vec<MatchCondition> {
-        vec![MatchCondition {
-            name: "required-secret-only".into(),
-            expression: format!("object.metadata.name == '{}'", self.secret_name.replace('\'', "")),
-        }]
+    fn secret_match_conditions(&self) -> Option<Vec<MatchCondition>> {
+        self.match_conditions.then(|| {
+            vec![MatchCondition {
+                name: "required-secret-only".into(),
+                expression: format!("object.metadata.name == '{}'", self.secret_name.replace('\'', "")),
+            }]
+        })
     }
 
     /// The validating configuration.
@@ -154,14 +197,15 @@ impl WebhookManifests {
                 ..ObjectMeta::default()
             },
             webhooks: Some(vec![
+                common(VALIDATING_BTP_OPERATOR, Self::btp_operator_rule(&["CREATE"]), "Fail"),
                 common(
-                    "vbtpoperator.operator.kyma-project.io",
-                    Self::btp_operator_rule(&["CREATE", "DELETE"]),
-                    "Fail",
+                    VALIDATING_BTP_OPERATOR_DELETE,
+                    Self::btp_operator_rule(&["DELETE"]),
+                    "Ignore",
                 ),
                 ValidatingWebhook {
                     namespace_selector: Some(self.secret_namespace_selector()),
-                    match_conditions: Some(self.secret_match_conditions()),
+                    match_conditions: self.secret_match_conditions(),
                     ..common("vsecret.operator.kyma-project.io", Self::secret_rule(), "Ignore")
                 },
             ]),
@@ -196,7 +240,7 @@ impl WebhookManifests {
                 ),
                 MutatingWebhook {
                     namespace_selector: Some(self.secret_namespace_selector()),
-                    match_conditions: Some(self.secret_match_conditions()),
+                    match_conditions: self.secret_match_conditions(),
                     ..common("msecret.operator.kyma-project.io", Self::secret_rule(), "Ignore")
                 },
             ]),
@@ -231,7 +275,7 @@ mod tests {
         let m = WebhookManifests::in_cluster("kyma-system");
         let v = m.validating();
         let hooks = v.webhooks.unwrap();
-        assert_eq!(hooks.len(), 2);
+        assert_eq!(hooks.len(), 3);
         for h in &hooks {
             assert_eq!(h.admission_review_versions, ["v1"]);
             assert_eq!(h.side_effects, "None");
@@ -242,12 +286,19 @@ mod tests {
                 (webhook::SERVICE_NAME, "kyma-system", Some("/validate"))
             );
         }
+        let operations = |h: &ValidatingWebhook| h.rules.as_ref().unwrap()[0].operations.clone().unwrap();
+        // BtpOperator CREATE must never slip through; DELETE only warns, so a down manager must not block it.
+        assert_eq!(hooks[0].name, VALIDATING_BTP_OPERATOR);
+        assert_eq!(operations(&hooks[0]), ["CREATE"]);
         assert_eq!(hooks[0].failure_policy.as_deref(), Some("Fail"));
+        assert_eq!(hooks[1].name, VALIDATING_BTP_OPERATOR_DELETE);
+        assert_eq!(operations(&hooks[1]), ["DELETE"]);
         assert_eq!(hooks[1].failure_policy.as_deref(), Some("Ignore"));
-        let secret_rule = &hooks[1].rules.as_ref().unwrap()[0];
+        assert_eq!(hooks[2].failure_policy.as_deref(), Some("Ignore"));
+        let secret_rule = &hooks[2].rules.as_ref().unwrap()[0];
         assert_eq!(secret_rule.operations.as_deref().unwrap(), ["CREATE", "UPDATE"]);
         assert_eq!(secret_rule.resources.as_deref().unwrap(), ["secrets"]);
-        let selector = hooks[1]
+        let selector = hooks[2]
             .namespace_selector
             .as_ref()
             .unwrap()
@@ -255,7 +306,7 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(selector["kubernetes.io/metadata.name"], "kyma-system");
-        assert!(hooks[1].match_conditions.as_ref().unwrap()[0]
+        assert!(hooks[2].match_conditions.as_ref().unwrap()[0]
             .expression
             .contains("'sap-btp-manager'"));
 
@@ -281,5 +332,67 @@ mod tests {
             assert!(h.client_config.service.is_none());
             assert_eq!(h.client_config.ca_bundle.as_ref().unwrap().0, b"PEM");
         }
+    }
+
+    #[test]
+    fn match_conditions_from_1_28_on() {
+        for (major, minor, expected) in [
+            ("1", "24", false),
+            ("1", "27", false),
+            ("1", "27+", false),
+            ("1", "28", true),
+            ("1", "28+", true),
+            ("1", "36", true),
+            ("2", "0", true),
+            ("", "", true),
+            ("1", "x", true),
+        ] {
+            assert_eq!(supports_match_conditions(major, minor), expected, "{major}.{minor}");
+        }
+    }
+
+    #[test]
+    fn without_match_conditions_nothing_else_changes() {
+        let full = WebhookManifests::in_cluster("kyma-system");
+        let old = WebhookManifests {
+            match_conditions: false,
+            ..full.clone()
+        };
+        let (v, m) = (old.validating(), old.mutating());
+        assert!(v
+            .webhooks
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|h| h.match_conditions.is_none()));
+        assert!(m
+            .webhooks
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|h| h.match_conditions.is_none()));
+        let yaml = old.to_yaml().unwrap();
+        assert!(!yaml.contains("matchConditions"), "{yaml}");
+        assert!(full.to_yaml().unwrap().contains("matchConditions"));
+        // Same webhooks, rules, selectors and policies otherwise.
+        let strip = |mut v: ValidatingWebhookConfiguration| {
+            for h in v.webhooks.iter_mut().flatten() {
+                h.match_conditions = None;
+            }
+            v
+        };
+        assert_eq!(strip(full.validating()), v);
+    }
+
+    #[test]
+    fn schema_errors_about_match_conditions_are_recognised() {
+        let real = "failed to create typed patch object (/btp-manager-validating-webhook-configuration; \
+                    admissionregistration.k8s.io/v1, Kind=ValidatingWebhookConfiguration): \
+                    .webhooks[name=\"vsecret.operator.kyma-project.io\"].matchConditions: field not declared in schema";
+        assert!(is_match_conditions_schema_error(real));
+        assert!(!is_match_conditions_schema_error(
+            "field not declared in schema: .spec.foo"
+        ));
+        assert!(!is_match_conditions_schema_error("connection refused"));
     }
 }

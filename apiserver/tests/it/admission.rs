@@ -360,3 +360,77 @@ async fn subresource_rules() {
     assert_eq!(reviews.len(), 1);
     assert_eq!(reviews[0].1["request"]["subResource"], "status");
 }
+
+/// `matchConditions` are evaluated with CEL: the webhook is called only when all hold, an evaluation error
+/// follows `failurePolicy`. (What the manager relies on: its Secret webhooks only see the required Secret.)
+#[tokio::test]
+async fn match_conditions_select_the_webhook_with_cel() {
+    let hook = spawn_hook().await;
+    let srv = start().await;
+    let client = srv.client().await;
+    let deny = json!({"url": format!("https://127.0.0.1:{}/deny", hook.addr.port()), "caBundle": hook.ca_b64});
+    add_validating(&client, "v", vec![webhook("named.example.com", deny.clone(), json!({
+        "matchConditions": [
+            {"name": "only-guarded", "expression": "object.metadata.name == 'guarded'"},
+            {"name": "labelled", "expression": "has(object.metadata.labels) && object.metadata.labels['tier'] == 'gold'"},
+            {"name": "creates", "expression": "request.operation == 'CREATE'"},
+        ],
+    }))]).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    // Conditions false: not called, allowed.
+    cms.create(&PostParams::default(), &cm("other", json!({"tier": "gold"})))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("guarded-too", json!({})))
+        .await
+        .unwrap();
+    assert!(
+        hook.reviews.lock().unwrap().is_empty(),
+        "no call while a condition is false"
+    );
+    // All true: called (and it denies).
+    let err = cms
+        .create(&PostParams::default(), &cm("guarded", json!({"tier": "gold"})))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no widgets today"), "{err}");
+    assert_eq!(hook.reviews.lock().unwrap().len(), 1);
+    // DELETE: `request.operation` is DELETE, so not called (the object is null for a DELETE).
+    cms.delete("other", &DeleteParams::default()).await.unwrap();
+    assert_eq!(hook.reviews.lock().unwrap().len(), 1);
+
+    // An expression that cannot be evaluated (no such field) follows failurePolicy.
+    let broken = |policy: &str| {
+        json!({
+            "failurePolicy": policy,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["secrets"], "scope": "*"}],
+            "matchConditions": [{"name": "bad", "expression": "object.nosuchfield == 'x'"}],
+        })
+    };
+    add_validating(
+        &client,
+        "broken-fail",
+        vec![webhook("fail.example.com", deny.clone(), broken("Fail"))],
+    )
+    .await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "default");
+    let secret = |n: &str| serde_json::from_value(json!({"metadata": {"name": n}})).unwrap();
+    let err = secrets
+        .create(&PostParams::default(), &secret("s1"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("matchCondition \"bad\""), "{err}");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete("broken-fail", &DeleteParams::default())
+        .await
+        .unwrap();
+    add_validating(
+        &client,
+        "broken-ignore",
+        vec![webhook("ignore.example.com", deny, broken("Ignore"))],
+    )
+    .await;
+    secrets.create(&PostParams::default(), &secret("s2")).await.unwrap();
+    assert_eq!(hook.reviews.lock().unwrap().len(), 1, "never called");
+}

@@ -15,7 +15,10 @@ async fn crud_round_trip() {
     let created = api.create(&PostParams::default(), &cm("a")).await.unwrap();
     let meta = &created.metadata;
     assert!(meta.uid.is_some() && meta.creation_timestamp.is_some());
-    assert_eq!(meta.generation, Some(1));
+    assert_eq!(
+        meta.generation, None,
+        "ConfigMaps carry no generation (as on a real API server)"
+    );
     assert_eq!(meta.namespace.as_deref(), Some("default"));
     let got = api.get("a").await.unwrap();
     assert_eq!(got.data.unwrap()["k"], "v");
@@ -23,6 +26,7 @@ async fn crud_round_trip() {
     upd.data = Some([("k".to_string(), "w".to_string())].into());
     let replaced = api.replace("a", &PostParams::default(), &upd).await.unwrap();
     assert_ne!(replaced.metadata.resource_version, created.metadata.resource_version);
+    assert_eq!(replaced.metadata.generation, None, "not even after a data change");
     let patched = api
         .patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"x": "y"}})))
         .await
@@ -246,12 +250,33 @@ async fn namespace_deletion_removes_contents() {
     held.metadata.finalizers = Some(vec!["x/y".into()]);
     cms.create(&PostParams::default(), &held).await.unwrap();
     nsapi.delete("doomed", &DeleteParams::default()).await.unwrap();
+    // As on a real cluster: Terminating first, new content refused, content deleted shortly after.
     let ns = nsapi.get("doomed").await.unwrap();
     assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
-    let left = cms.list(&ListParams::default()).await.unwrap();
-    assert_eq!(left.items.len(), 1, "only the object with a finalizer remains");
     let e = cms.create(&PostParams::default(), &cm("late")).await.unwrap_err();
-    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 403), "{e:?}");
+    let kube::Error::Api(status) = e else { panic!("{e:?}") };
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "configmaps \"late\" is forbidden: unable to create new content in namespace doomed because it is being terminated"
+    );
+    let causes = status.details.map(|d| d.causes).unwrap_or_default();
+    assert_eq!(
+        causes.first().map(|c| c.reason.as_str()),
+        Some("NamespaceTerminating"),
+        "{causes:?}"
+    );
+    assert!(
+        wait_until(std::time::Duration::from_secs(5), || async {
+            cms.list(&ListParams::default()).await.unwrap().items.len() == 1
+        })
+        .await,
+        "only the object with a finalizer remains"
+    );
+    assert!(
+        nsapi.get_opt("doomed").await.unwrap().is_some(),
+        "the namespace waits for it"
+    );
     cms.patch(
         "held",
         &PatchParams::default(),

@@ -214,3 +214,34 @@ async fn kubectl_get_watch() {
     let _ = child.kill().await;
     assert!(got, "kubectl get -w did not print the watched object: {seen:?}");
 }
+
+/// `kubectl get deploy` shows READY, UP-TO-DATE and AVAILABLE as on a real cluster.
+#[tokio::test]
+async fn kubectl_get_deployments_shows_readiness_columns() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let srv = start().await;
+    let client = srv.client().await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "example.test/web:1"}]}}}
+    }))
+    .unwrap();
+    deployments.create(&PostParams::default(), &d).await.unwrap();
+    let k = Kctl::new(&srv).await;
+    let (ok, out, err) = k.run(&["get", "deploy", "-n", "default"]).await;
+    assert!(ok, "{err}");
+    let header: Vec<&str> = out.lines().next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"], "{out}");
+    let row: Vec<&str> = out.lines().nth(1).unwrap_or("").split_whitespace().collect();
+    assert_eq!(row.get(..4), Some(&["web", "0/2", "0", "0"][..]), "{out}");
+    btp_apiserver::mark_deployment_available(&client, "default", "web")
+        .await
+        .unwrap();
+    let (ok, out, err) = k.run(&["get", "deploy", "web", "-n", "default"]).await;
+    assert!(ok, "{err}");
+    let row: Vec<&str> = out.lines().nth(1).unwrap_or("").split_whitespace().collect();
+    assert_eq!(row.get(..4), Some(&["web", "2/2", "2", "2"][..]), "{out}");
+}

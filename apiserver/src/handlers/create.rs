@@ -1,0 +1,116 @@
+//! CREATE.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+pub(crate) async fn create(ctx: &mut Ctx) -> ApiResult<Response> {
+    if ctx.t.name.is_some() || ctx.t.sub.is_some() {
+        return Err(ApiError::method_not_allowed(
+            "POST is not supported on this path; use the collection",
+        ));
+    }
+    if ctx.t.def.namespaced && ctx.t.namespace.is_none() {
+        return Err(ApiError::not_found_path());
+    }
+    let obj = parse_body(ctx)?;
+    check_body_type(&ctx.t, &obj)?;
+    let manager = ctx.manager();
+    create_object(ctx, obj, Some(&manager)).await
+}
+
+/// Shared by POST and apply-creates. `manager` = record an Update managedFields entry.
+pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option<&str>) -> ApiResult<Response> {
+    let def = ctx.t.def.clone();
+    let ns = ctx.t.ns().to_string();
+    let Some(meta) = meta_mut(&mut obj) else {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    };
+    if def.namespaced {
+        match meta.get("namespace").and_then(Value::as_str) {
+            Some(x) if !x.is_empty() && x != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            _ => {
+                meta.insert("namespace".into(), json!(ns));
+            }
+        }
+    } else {
+        meta.remove("namespace");
+    }
+    let mut name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    if name.is_empty() {
+        match meta.get("generateName").and_then(Value::as_str) {
+            Some(g) if !g.is_empty() => {
+                name = format!("{g}{}", crate::util::name_suffix());
+                meta.insert("name".into(), json!(name));
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    &def.group,
+                    &def.kind,
+                    "",
+                    "metadata.name",
+                    "Required value: name or generateName is required",
+                ))
+            }
+        }
+    }
+    if let Some(n) = &ctx.t.name {
+        if *n != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({name}) does not match the name on the URL ({n})"
+            )));
+        }
+    }
+    validate_name(&def, &name)?;
+    if def.namespaced {
+        check_namespace(&ctx.st, &ns, &def.plural, &name)?;
+    }
+    let api_version = ctx.api_version();
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("apiVersion".into(), json!(api_version));
+        m.insert("kind".into(), json!(def.kind));
+    }
+    let now = now_rfc3339();
+    if let Some(meta) = meta_mut(&mut obj) {
+        meta.insert("uid".into(), json!(crate::util::new_uid()));
+        meta.insert("creationTimestamp".into(), json!(now));
+        if tracks_generation(&def) {
+            meta.insert("generation".into(), json!(1));
+        } else {
+            meta.remove("generation");
+        }
+        meta.remove("deletionTimestamp");
+        meta.remove("deletionGracePeriodSeconds");
+        meta.remove("resourceVersion");
+        meta.remove("selfLink");
+    }
+    if def.has_status(&ctx.t.version) {
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
+    defaults(&ctx.t, &mut obj)?;
+    if let Some(mgr) = manager {
+        crate::ssa::record_update(None, &mut obj, mgr, &api_version, None);
+    }
+    let mut obj = crate::admission::admit(ctx, "CREATE", Some(obj), None)
+        .await?
+        .unwrap_or_default();
+    if ctx.dry_run() {
+        return Ok(ok_json(StatusCode::CREATED, &present(&ctx.t, &obj)));
+    }
+    if let Some(meta) = meta_mut(&mut obj) {
+        meta.insert("name".into(), json!(name));
+    }
+    match ctx.st.store.create(&ctx.gr(), &ns, &name, obj) {
+        Ok(stored) => {
+            ctx.changed = true;
+            after_write(&ctx.st, &ctx.gr(), &stored);
+            Ok(ok_json(StatusCode::CREATED, &present(&ctx.t, &stored)))
+        }
+        Err(_) => Err(ApiError::already_exists(&def.group, &def.plural, &name)),
+    }
+}

@@ -1,0 +1,275 @@
+//! Verb handlers, one module per verb: `read` (get, list), `create`, `update` (update, patch, apply),
+//! `delete` (delete, deletecollection, namespaces, garbage collection), `scale`; the write helpers they
+//! share live here.
+
+pub(crate) use crate::context::{crd_gr, ns_gr, ok_json, Ctx, State, Target};
+use crate::error::{ApiError, ApiResult};
+use crate::patch::{apply_patch, parse_json_or_yaml, PatchKind};
+use crate::registry::ResourceDef;
+use crate::render::{present, selectors, table, table_columns, wants_table};
+use crate::store::{Cas, Gr};
+use crate::util::{
+    finalizers_of, is_dns1123_label, is_dns1123_subdomain, meta_mut, meta_str, name_of, now_rfc3339, query_bool, rv_of,
+    LABEL_MSG, SUBDOMAIN_MSG,
+};
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+mod create;
+mod delete;
+mod read;
+mod scale;
+mod update;
+
+use create::*;
+pub(crate) use delete::bootstrap_namespace;
+use delete::*;
+use read::*;
+use scale::*;
+use update::*;
+
+pub(crate) const MAX_RETRIES: usize = 32;
+
+pub(crate) async fn handle(ctx: &mut Ctx, verb: &str) -> ApiResult<Response> {
+    if ctx.t.def.namespaced && ctx.t.name.is_some() && ctx.t.namespace.is_none() {
+        return Err(ApiError::not_found_path());
+    }
+    if ctx.t.sub.as_deref() == Some("scale") {
+        return scale(ctx, verb).await;
+    }
+    match verb {
+        "get" => get(ctx),
+        "list" => list(ctx),
+        "watch" => crate::watch::watch(ctx),
+        "create" => create(ctx).await,
+        "update" => update(ctx).await,
+        "patch" => patch(ctx).await,
+        "delete" => delete(ctx).await,
+        "deletecollection" => delete_collection(ctx).await,
+        _ => Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        )),
+    }
+}
+
+pub(crate) fn parse_body(ctx: &Ctx) -> ApiResult<Value> {
+    let ct = ctx
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    if mime == "application/vnd.kubernetes.protobuf" {
+        return crate::proto::decode(&ctx.body).map_err(ApiError::unsupported_media);
+    }
+    if !(mime.is_empty() || mime.contains("json") || mime.contains("yaml") || mime == "*/*") {
+        return Err(ApiError::unsupported_media(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {mime:?})"
+        )));
+    }
+    if ctx.body.is_empty() {
+        return Err(ApiError::bad_request("request body is empty"));
+    }
+    let v = parse_json_or_yaml(&ctx.body)?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+pub(crate) fn check_body_type(t: &Target, obj: &Value) -> ApiResult<()> {
+    let expected = t.def.api_version(&t.version);
+    if let Some(av) = obj.get("apiVersion").and_then(Value::as_str) {
+        if av != expected {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({expected})"
+            )));
+        }
+    }
+    if let Some(k) = obj.get("kind").and_then(Value::as_str) {
+        if k != t.def.kind {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                t.def.kind
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_name(def: &ResourceDef, name: &str) -> ApiResult<()> {
+    let label = matches!(def.plural.as_str(), "namespaces" | "services");
+    let ok = if label {
+        is_dns1123_label(name)
+    } else {
+        is_dns1123_subdomain(name)
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        &def.group,
+        &def.kind,
+        name,
+        "metadata.name",
+        &format!(
+            "Invalid value: \"{name}\": {}",
+            if label { LABEL_MSG } else { SUBDOMAIN_MSG }
+        ),
+    ))
+}
+
+/// 404 if the namespace does not exist, 403 if it is terminating.
+/// (As kube-apiserver's NamespaceLifecycle admission: reason Forbidden, cause NamespaceTerminating.)
+pub(crate) fn check_namespace(st: &State, ns: &str, resource: &str, name: &str) -> ApiResult<()> {
+    let nso = st
+        .store
+        .get(&ns_gr(), "", ns)
+        .ok_or_else(|| ApiError::not_found("", "namespaces", ns))?;
+    if nso.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
+        return Err(ApiError::forbidden(format!(
+            "{resource} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
+        ))
+        .with_details(json!({"name": name, "kind": resource, "causes": [{
+            "reason": "NamespaceTerminating",
+            "message": format!("namespace {ns} is being terminated"),
+            "field": "metadata.namespace",
+        }]})));
+    }
+    Ok(())
+}
+
+/// Kind-specific defaulting applied on every write.
+pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
+    let name = name_of(obj).to_string();
+    match (t.def.group.as_str(), t.def.plural.as_str()) {
+        ("", "namespaces") => {
+            if let Some(m) = meta_mut(obj) {
+                let labels = m.entry("labels").or_insert_with(|| json!({}));
+                if let Some(l) = labels.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+            }
+            if obj.pointer("/status/phase").is_none() {
+                obj["status"] = json!({"phase": "Active"});
+            }
+            if !obj.get("spec").is_some_and(Value::is_object) {
+                obj["spec"] = json!({});
+            }
+            if obj.pointer("/spec/finalizers").is_none() {
+                obj["spec"]["finalizers"] = json!(["kubernetes"]);
+            }
+        }
+        ("", "secrets") => {
+            if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
+                if let Some(sd) = sd.as_object() {
+                    if !obj.get("data").is_some_and(Value::is_object) {
+                        obj["data"] = json!({});
+                    }
+                    for (k, v) in sd {
+                        let s = v.as_str().unwrap_or_default();
+                        obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(s));
+                    }
+                }
+            }
+            if obj.get("type").is_none() {
+                obj["type"] = json!("Opaque");
+            }
+        }
+        ("apps", "deployments") => {
+            if !obj.get("spec").is_some_and(Value::is_object) {
+                obj["spec"] = json!({});
+            }
+            if obj.pointer("/spec/replicas").is_none() {
+                obj["spec"]["replicas"] = json!(1);
+            }
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            let def = crate::registry::def_from_crd(obj)
+                .map_err(|e| ApiError::invalid(&t.def.group, &t.def.kind, &name, "spec", &e))?;
+            let now = now_rfc3339();
+            // keep transition times stable across writes so re-applying a CRD is a no-op
+            let since = |t: &str| -> Value {
+                obj.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(t)))
+                    .and_then(|c| c.get("lastTransitionTime").cloned())
+                    .unwrap_or_else(|| json!(now))
+            };
+            let (names_since, est_since) = (since("NamesAccepted"), since("Established"));
+            let storage: Vec<Value> = obj
+                .pointer("/spec/versions")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                        .filter_map(|v| v.get("name").cloned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut accepted =
+                json!({"plural": def.plural, "singular": def.singular, "kind": def.kind, "listKind": def.list_kind});
+            if !def.short_names.is_empty() {
+                accepted["shortNames"] = json!(def.short_names);
+            }
+            if !def.categories.is_empty() {
+                accepted["categories"] = json!(def.categories);
+            }
+            obj["status"] = json!({
+                "conditions": [
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": names_since},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": est_since},
+                ],
+                "acceptedNames": accepted,
+                "storedVersions": storage,
+            });
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Whether objects of this kind carry `metadata.generation` (a real API server sets it per kind; Secrets
+/// and ConfigMaps have none).
+pub(crate) fn tracks_generation(def: &ResourceDef) -> bool {
+    !(def.group.is_empty() && matches!(def.plural.as_str(), "secrets" | "configmaps"))
+}
+
+/// Everything except metadata and status (what `generation` tracks).
+pub(crate) fn spec_part(v: &Value) -> Map<String, Value> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub(crate) fn strip_volatile(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        // ownership changes count, timestamps do not
+        if let Some(mf) = m.get_mut("managedFields").and_then(Value::as_array_mut) {
+            for e in mf.iter_mut().filter_map(Value::as_object_mut) {
+                e.remove("time");
+            }
+        }
+    }
+    v
+}
+
+/// Registers CRDs after they are written.
+pub(crate) fn after_write(st: &State, gr: &Gr, obj: &Value) {
+    if *gr == crd_gr() {
+        if let Ok(def) = crate::registry::def_from_crd(obj) {
+            // a CRD that stopped serving a version keeps its objects; it simply is not served
+            st.registry.insert(def);
+        }
+    }
+}

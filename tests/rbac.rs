@@ -1,0 +1,421 @@
+//! The shipped RBAC (`deploy/`) is exactly what the manager uses.
+//!
+//! The scenario runs the manager the way `btp-manager run --leader-elect` does, authenticated as its
+//! ServiceAccount against the embedded API server: leader election (`app::spawn_reconciler`), its own
+//! webhook certificates and configurations (`webhook_certs`), both webhooks called by the API server
+//! (the validating DELETE webhook counts ServiceInstances/ServiceBindings), provisioning to Ready with
+//! the operand's certificates, a credentials change (new cluster ID and credentials namespace), the CR's
+//! deletion, and shutdown (the Lease released). Every request the ServiceAccount sent is then taken from
+//! the server's request log and evaluated against the Roles and ClusterRoles of `deploy/` bound to it
+//! (`common/rbac.rs`); so is every Role/ClusterRole the manager writes (the API server's escalation
+//! check: the manager must hold each permission it grants). A request the shipped RBAC would deny fails
+//! the test; permissions nothing used are listed, and fail the test unless allow-listed below with the
+//! reason.
+
+mod common;
+#[path = "common/rbac.rs"]
+mod rbac;
+
+use btp_api::{names, State};
+use btp_apiserver::RequestRecord;
+use btp_manager::config::Config;
+use btp_manager::{app, cli, webhook_certs::WebhookCerts};
+use btp_webhooks::manifests::{Endpoint, WebhookManifests};
+use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
+use clap::Parser as _;
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use rbac::{Rbac, Request, Triple};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+const NS: &str = names::KYMA_SYSTEM;
+const SERVICE_ACCOUNT: &str = "btp-manager-controller-manager";
+
+fn user() -> String {
+    format!("system:serviceaccount:{NS}:{SERVICE_ACCOUNT}")
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Every object in the YAML files of `dir`.
+fn objects_in(dir: &str) -> Vec<Value> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo(dir))
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            serde_saphyr::from_multiple::<Value>(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()))
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The manager as `run --leader-elect` wires it, under the ServiceAccount's identity.
+struct Manager {
+    stop: tokio::sync::watch::Sender<bool>,
+    reconciler: tokio::task::JoinHandle<()>,
+}
+
+async fn start_manager(env: &Env) -> Manager {
+    let client = env.manager_client.clone();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let manifests = WebhookManifests {
+        endpoint: Endpoint::Url(url),
+        match_conditions: app::match_conditions_supported(&client).await,
+        ..WebhookManifests::in_cluster(NS)
+    };
+    let policy = btp_certs::rotation::Policy::new(vec!["localhost".into()], vec!["127.0.0.1".parse().unwrap()]);
+    let certs = WebhookCerts::new(client.clone(), NS, names::webhook::CERT_SECRET_NAME, policy, manifests);
+    let cert = app::managed_webhook_certificate(certs, stop_rx.clone()).await.unwrap();
+    let state = WebhookState::new(
+        RulesConfig::default(),
+        Arc::new(KubeServiceCounter::new(client.clone())),
+    );
+    tokio::spawn(btp_webhooks::server::serve(
+        listener,
+        btp_webhooks::tls::server_config(cert).unwrap(),
+        btp_webhooks::router(state),
+        app::stopped(stop_rx.clone()),
+    ));
+
+    let cli = cli::Cli::try_parse_from([
+        "btp-manager".into(),
+        "run".into(),
+        "--leader-elect".into(),
+        "--operand-image".into(),
+        IMAGE.into(),
+        "--resources-path".into(),
+        repo("module-resources").into_os_string(),
+        "--manager-resources-path".into(),
+        repo("manager-resources").into_os_string(),
+    ])
+    .unwrap();
+    let cli::Command::Run(args) = cli.command else {
+        unreachable!("parsed a run command")
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let election = app::LeaderElection::new(client.clone(), NS, args.leader_election_lease_duration);
+    let reconciler = app::spawn_reconciler(&args.reconciler, Some(election), client, &mut registry, stop_rx)
+        .await
+        .unwrap();
+    Manager { stop, reconciler }
+}
+
+async fn lease_holder(env: &Env) -> String {
+    Api::<Lease>::namespaced(env.client.clone(), NS)
+        .get_opt(app::LEADER_LEASE)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default()
+}
+
+async fn patch_required(env: &Env, string_data: Value) {
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .patch(
+            names::REQUIRED_SECRET_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({ "stringData": string_data })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Provisioning to Ready (operand certificates included) and a credentials change.
+async fn provision_and_change_credentials(env: &Env) {
+    env.create_secret(credentials(), true).await;
+    env.create_cr(NS, names::BTP_OPERATOR_NAME).await;
+    env.wait_for(
+        NS,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+    env.ensure_namespace("custom-creds").await;
+    patch_required(
+        env,
+        serde_json::json!({"cluster_id": "cluster-2", "credentials_namespace": "custom-creds"}),
+    )
+    .await;
+    let configs: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    eventually(
+        Duration::from_secs(10),
+        "the credentials change reached the operand",
+        || {
+            let configs = configs.clone();
+            async move {
+                let data = configs
+                    .get("sap-btp-operator-config")
+                    .await
+                    .unwrap()
+                    .data
+                    .unwrap_or_default();
+                data.get("CLUSTER_ID").map(String::as_str) == Some("cluster-2")
+                    && data.get("RELEASE_NAMESPACE").map(String::as_str) == Some("custom-creds")
+            }
+        },
+    )
+    .await;
+    env.wait_for(
+        NS,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+}
+
+/// Deleting the CR: the validating DELETE webhook counts ServiceInstances/ServiceBindings.
+/// Deprovisioning (issue 8) extends this: wait here until the CR and the module resources are gone.
+async fn deprovision(env: &Env) {
+    env.crs(NS)
+        .delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    let crs = env.crs(NS);
+    // The whole deprovisioning, as the manager's ServiceAccount: everything it installed is removed, then
+    // its finalizer.
+    eventually(Duration::from_secs(15), "the CR is deprovisioned and gone", || {
+        let crs = crs.clone();
+        async move { crs.get_opt(names::BTP_OPERATOR_NAME).await.unwrap().is_none() }
+    })
+    .await;
+}
+
+/// The whole scenario; returns the ServiceAccount's requests.
+async fn scenario(env: &Env) -> Vec<RequestRecord> {
+    let manager = start_manager(env).await;
+    eventually(Duration::from_secs(10), "a replica leads", || async {
+        !lease_holder(env).await.is_empty()
+    })
+    .await;
+    provision_and_change_credentials(env).await;
+    // The operation annotation: the manager removes it after the pass.
+    reconcile_now(env).await;
+    deprovision(env).await;
+    let _ = manager.stop.send(true);
+    tokio::time::timeout(Duration::from_secs(15), manager.reconciler)
+        .await
+        .expect("the reconciler stops")
+        .unwrap();
+    assert_eq!(lease_holder(env).await, "", "the Lease is released at shutdown");
+    let log = env.request_log().expect("embedded API server");
+    let user = user();
+    log.filter(|r| r.user == user)
+}
+
+fn as_request(r: &RequestRecord) -> Request {
+    Request {
+        verb: r.verb.clone(),
+        group: r.group.clone(),
+        resource: r.resource.clone(),
+        subresource: r.subresource.clone(),
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+        path: String::new(),
+    }
+}
+
+/// Permissions the scenario does not exercise, and why they stay.
+fn allowed_unused() -> BTreeMap<Triple, &'static str> {
+    let mut out = BTreeMap::new();
+    // The scenario deprovisions without ServiceInstances/ServiceBindings and with an empty `delete/`; these
+    // are what the other paths of the same code need (exercised by tests/deprovisioning.rs).
+    let outdated = "deleting outdated objects listed in module-resources/delete/ (empty in chart v0.11.10)";
+    for (verb, group, resource) in [
+        ("delete", "", "serviceaccounts"),
+        ("delete", "", "services"),
+        ("delete", "apiextensions.k8s.io", "customresourcedefinitions"),
+        ("delete", "rbac.authorization.k8s.io", "clusterrolebindings"),
+        ("delete", "rbac.authorization.k8s.io", "clusterroles"),
+        ("delete", "rbac.authorization.k8s.io", "rolebindings"),
+        ("delete", "rbac.authorization.k8s.io", "roles"),
+    ] {
+        out.insert(Triple::new(verb, group, resource), outdated);
+    }
+    let soft = "soft delete: the operand's Deployment and webhook configurations go first";
+    for (verb, group, resource) in [
+        ("delete", "apps", "deployments"),
+        ("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+        ("delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    ] {
+        out.insert(Triple::new(verb, group, resource), soft);
+    }
+    let hard = "hard delete: delete-collection of ServiceBindings, then ServiceInstances, per namespace";
+    for resource in ["servicebindings", "serviceinstances"] {
+        out.insert(Triple::new("deletecollection", "services.cloud.sap.com", resource), hard);
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_shipped_rbac_allows_every_request_the_manager_makes_and_nothing_unused() {
+    if real_cluster().is_some() {
+        // The request log exists only in the embedded server.
+        return;
+    }
+    let env = Env::start_with(
+        Config::default(),
+        true,
+        StartOptions {
+            manager_user: Some(user()),
+            reconcile: false,
+        },
+    )
+    .await;
+    let requests = scenario(&env).await;
+    assert!(
+        requests.len() > 50,
+        "the log holds the manager's requests ({})",
+        requests.len()
+    );
+
+    let shipped = objects_in("deploy");
+    let rbac = Rbac::for_service_account(&shipped, NS, SERVICE_ACCOUNT);
+    assert!(!rbac.grants.is_empty(), "deploy/ binds roles to {SERVICE_ACCOUNT}");
+    let mut used: BTreeMap<(usize, Triple), String> = BTreeMap::new();
+    let mut denied: BTreeSet<String> = BTreeSet::new();
+    for record in &requests {
+        if record.verb == "discovery" {
+            if !rbac::is_discovery(&record.path) {
+                denied.insert(format!("GET {} (not a discovery path)", record.path));
+            }
+            continue;
+        }
+        let request = as_request(record);
+        match rbac.allowing(&request) {
+            Some(i) => {
+                used.entry((i, rbac.used_triple(i, &request)))
+                    .or_insert_with(|| request.to_string());
+            }
+            None => {
+                denied.insert(format!(
+                    "{request}   ({} {}?{})",
+                    record.method, record.path, record.query
+                ));
+            }
+        }
+    }
+
+    // Roles and bindings the manager writes: it must hold what they grant (or `bind` the role).
+    let module = objects_in("module-resources/apply");
+    let find = |kind: &str, name: &str| {
+        module
+            .iter()
+            .find(|o| o["kind"].as_str() == Some(kind) && o["metadata"]["name"].as_str() == Some(name))
+    };
+    // Roles before bindings (so the first reason given for a permission is the role granting it).
+    let written: BTreeSet<(bool, String, String, String)> = requests
+        .iter()
+        .filter(|r| r.group == "rbac.authorization.k8s.io" && matches!(r.verb.as_str(), "create" | "update" | "patch"))
+        .map(|r| {
+            (
+                r.resource.ends_with("bindings"),
+                r.resource.clone(),
+                r.namespace.clone(),
+                r.name.clone(),
+            )
+        })
+        .collect();
+    assert!(!written.is_empty(), "the manager writes the operand's RBAC");
+    let mut escalations = Vec::new();
+    for (_, resource, namespace, name) in &written {
+        let (role, scope, why) = match resource.as_str() {
+            "clusterroles" => (
+                find("ClusterRole", name),
+                String::new(),
+                format!("grants it in ClusterRole {name}"),
+            ),
+            "roles" => (
+                find("Role", name),
+                namespace.clone(),
+                format!("grants it in Role {namespace}/{name}"),
+            ),
+            "clusterrolebindings" | "rolebindings" => {
+                let kind = if resource == "clusterrolebindings" {
+                    "ClusterRoleBinding"
+                } else {
+                    "RoleBinding"
+                };
+                let Some(binding) = find(kind, name) else { continue };
+                let role_kind = binding["roleRef"]["kind"].as_str().unwrap_or("");
+                let role_name = binding["roleRef"]["name"].as_str().unwrap_or("");
+                (
+                    find(role_kind, role_name),
+                    namespace.clone(),
+                    format!("binds it in {kind} {name}"),
+                )
+            }
+            _ => continue,
+        };
+        let Some(role) = role else { continue };
+        let missing = rbac.missing_for_role(role, &scope, |i, t| {
+            used.entry((i, t.clone())).or_insert_with(|| why.clone());
+        });
+        escalations.extend(missing.into_iter().map(|t| format!("{t}   ({why})")));
+    }
+
+    println!(
+        "\nRBAC the scenario derived ({} requests by {}):",
+        requests.len(),
+        user()
+    );
+    println!(
+        "{:<45} {:<16} {:<30} {:<40} why (first use)",
+        "role", "verb", "group", "resource"
+    );
+    for ((i, t), why) in &used {
+        let group = if t.group.is_empty() { "\"\"" } else { &t.group };
+        println!(
+            "{:<45} {:<16} {:<30} {:<40} {why}",
+            rbac.grants[*i].role, t.verb, group, t.resource
+        );
+    }
+    let used_set: BTreeSet<(usize, Triple)> = used.keys().cloned().collect();
+    let allowed = allowed_unused();
+    let unused: Vec<(usize, Triple)> = rbac.all_triples().difference(&used_set).cloned().collect();
+    println!("\nGranted but unused in the scenario:");
+    let mut unexplained = Vec::new();
+    for (i, t) in &unused {
+        let note = allowed.get(t).copied().unwrap_or("NOT USED");
+        println!("  {:<45} {t}   {note}", rbac.grants[*i].role);
+        if !allowed.contains_key(t) {
+            unexplained.push(format!("{} {t}", rbac.grants[*i].role));
+        }
+    }
+    assert!(
+        denied.is_empty(),
+        "the shipped RBAC denies these requests:\n{}",
+        Vec::from_iter(denied).join("\n")
+    );
+    assert!(
+        escalations.is_empty(),
+        "the manager writes RBAC granting permissions it does not hold:\n{}",
+        escalations.join("\n")
+    );
+    assert!(
+        unexplained.is_empty(),
+        "deploy/ grants permissions nothing uses (remove them, or allow-list them with the reason):\n{}",
+        unexplained.join("\n")
+    );
+    env.stop().await;
+}

@@ -1,0 +1,474 @@
+//! Graceful shutdown and leader handover with two real manager processes.
+//!
+//! Two processes of the built binary run `run --leader-elect` (distinct ports and HOSTNAME identities)
+//! against an embedded API server started here. Both register the same webhook URL: a small TCP proxy
+//! in front of them plays the Service and its endpoints controller (it sends new connections only to
+//! replicas whose `/readyz` answers 200, re-checked every 100 ms). A stream of webhook requests runs
+//! through the API server (misnamed BtpOperators, refused by the validating webhook; any other answer,
+//! e.g. a webhook call failing, counts as a failure) while:
+//! - the leader gets SIGTERM: no request fails, the standby leads within 2 s, the CR stays Ready and the
+//!   new leader reconciles, the old leader exits 0;
+//! - the new leader is killed with SIGKILL: a third replica leads within the lease duration.
+//!
+//! Drain and handover times are printed (performance numbers belong to benchmarks; the deadlines here are
+//! wait deadlines).
+
+use btp_api::{names, BtpOperator, State};
+use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
+use futures::FutureExt as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const NS: &str = names::KYMA_SYSTEM;
+const LEASE: &str = "ec023d38.kyma-project.io";
+const DRAIN: &str = "1s";
+/// Concurrent webhook request streams.
+const WORKERS: usize = 4;
+const LEASE_DURATION: Duration = Duration::from_secs(4);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < within,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    start.elapsed()
+}
+
+/// `GET /readyz` on a health port: whether it answered 200.
+async fn ready(port: u16) -> bool {
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        s.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        Some(buf.starts_with(b"HTTP/1.1 200") || buf.starts_with(b"HTTP/1.0 200"))
+    };
+    tokio::time::timeout(Duration::from_millis(500), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// One manager process.
+struct Replica {
+    name: String,
+    child: Child,
+    health: u16,
+    webhook: SocketAddr,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn start(name: &str, kubeconfig: &Path, proxy: SocketAddr, dir: &Path) -> Self {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let (metrics, health, webhook) = (free_port(), free_port(), free_port());
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+            .args(["run", "--leader-elect", "--shutdown-drain-delay", DRAIN])
+            .arg(format!(
+                "--leader-election-lease-duration={}s",
+                LEASE_DURATION.as_secs()
+            ))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg(format!("--webhook-bind-address=127.0.0.1:{webhook}"))
+            .arg(format!("--webhook-url=https://{proxy}"))
+            .arg(format!("--resources-path={}", repo.join("module-resources").display()))
+            .arg(format!(
+                "--manager-resources-path={}",
+                repo.join("manager-resources").display()
+            ))
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOSTNAME", name)
+            .env(
+                "SAP_BTP_SERVICE_OPERATOR",
+                "example.test/sap-btp-service-operator:v0.11.10",
+            )
+            .env("RUST_LOG", "info")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("starting btp-manager");
+        Self {
+            name: name.into(),
+            child,
+            health,
+            webhook: SocketAddr::from(([127, 0, 0, 1], webhook)),
+            log,
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {}", self.child.id());
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait for exit; the status and how long it took.
+    async fn exited(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, start.elapsed());
+            }
+            assert!(
+                start.elapsed() < within,
+                "{} did not exit within {within:?}:\n{}",
+                self.name,
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Plays the webhook Service: new connections go to a replica whose /readyz is 200.
+struct Proxy {
+    addr: SocketAddr,
+    backends: Arc<Mutex<Vec<(u16, SocketAddr, bool)>>>,
+}
+
+impl Proxy {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let backends: Arc<Mutex<Vec<(u16, SocketAddr, bool)>>> = Arc::default();
+        // The endpoints controller: re-check readiness every 100 ms.
+        let watched = backends.clone();
+        tokio::spawn(async move {
+            loop {
+                let list: Vec<(u16, SocketAddr)> = watched.lock().unwrap().iter().map(|(h, w, _)| (*h, *w)).collect();
+                for (health, webhook) in list {
+                    let ok = ready(health).await;
+                    for b in watched.lock().unwrap().iter_mut().filter(|b| b.1 == webhook) {
+                        b.2 = ok;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let routed = backends.clone();
+        let next = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                let ready: Vec<SocketAddr> = routed.lock().unwrap().iter().filter(|b| b.2).map(|b| b.1).collect();
+                if ready.is_empty() {
+                    continue; // no endpoint: the connection is refused
+                }
+                let target = ready[next.fetch_add(1, Ordering::Relaxed) % ready.len()];
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Self { addr, backends }
+    }
+
+    fn add(&self, replica: &Replica) {
+        self.backends
+            .lock()
+            .unwrap()
+            .push((replica.health, replica.webhook, false));
+    }
+}
+
+/// Misnamed BtpOperators through the API server, from a few concurrent clients, until stopped.
+struct Stream {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+    failures: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Stream {
+    fn start(client: kube::Client) -> Self {
+        let (stop, sent, failures) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::default(),
+        );
+        let crs: Api<BtpOperator> = Api::namespaced(client, NS);
+        let next = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let (stop, sent, failures, crs, next): (_, _, Arc<Mutex<Vec<String>>>, _, _) = (
+                    stop.clone(),
+                    sent.clone(),
+                    Arc::clone(&failures),
+                    crs.clone(),
+                    next.clone(),
+                );
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        let outcome = crs
+                            .create(&PostParams::default(), &BtpOperator::new(&format!("misnamed-{n}")))
+                            .await;
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        match outcome {
+                            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("denied the request") => {}
+                            other => failures.lock().unwrap().push(format!("request {n}: {other:?}")),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let task = tokio::spawn(futures::future::join_all(workers).map(drop));
+        Self {
+            stop,
+            sent,
+            failures,
+            task,
+        }
+    }
+
+    fn sent(&self) -> usize {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Stop; how many were sent and the failures.
+    async fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        let failures = self.failures.lock().unwrap().clone();
+        (self.sent.load(Ordering::Relaxed), failures)
+    }
+}
+
+async fn holder(client: &kube::Client) -> String {
+    Api::<Lease>::namespaced(client.clone(), NS)
+        .get_opt(LEASE)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default()
+}
+
+async fn cr_ready(client: &kube::Client) -> bool {
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
+    crs.get_opt(names::BTP_OPERATOR_NAME)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|c| c.status)
+        .is_some_and(|s| s.state == State::Ready)
+}
+
+async fn setup() -> (RunningApiServer, kube::Client, PathBuf) {
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let client = server.client().await;
+    let dir = std::env::temp_dir().join(format!("btp-shutdown-{}-{}", std::process::id(), server.addr().port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &BtpOperator::crd().unwrap())
+        .await
+        .unwrap();
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": NS,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+        "stringData": {"clientid": "id", "clientsecret": "s", "sm_url": "https://sm.example.com",
+                       "tokenurl": "https://auth.example.com", "cluster_id": "c1"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    btp_apiserver::spawn_deployment_controller(client.clone());
+    (server, client, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease_duration() {
+    let (_server, client, dir) = setup().await;
+    let kubeconfig = dir.join("kubeconfig");
+    let proxy = Proxy::start().await;
+    let mut a = Replica::start("manager-a", &kubeconfig, proxy.addr, &dir);
+    proxy.add(&a);
+    eventually(Duration::from_secs(30), "manager-a ready and leading", || async {
+        ready(a.health).await && holder(&client).await == "manager-a"
+    })
+    .await;
+    let mut b = Replica::start("manager-b", &kubeconfig, proxy.addr, &dir);
+    proxy.add(&b);
+    eventually(Duration::from_secs(30), "manager-b ready", || ready(b.health)).await;
+
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
+    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
+        .await
+        .expect("the valid CR is admitted");
+    eventually(Duration::from_secs(20), "the CR is Ready", || cr_ready(&client)).await;
+
+    // SIGTERM the leader under a stream of webhook requests.
+    let stream = Stream::start(client.clone());
+    eventually(Duration::from_secs(10), "the stream is flowing", || async {
+        stream.sent() >= 10
+    })
+    .await;
+    a.signal("-TERM");
+    let sigterm = Instant::now();
+    let not_ready = eventually(Duration::from_secs(2), "manager-a not ready", || async {
+        !ready(a.health).await
+    })
+    .await;
+    let handover = eventually(
+        Duration::from_secs(2),
+        "manager-b leads within 2 s of the SIGTERM",
+        || async { holder(&client).await == "manager-b" },
+    )
+    .await;
+    let (status, _) = a.exited(Duration::from_secs(25)).await;
+    let exit_after = sigterm.elapsed();
+    assert!(
+        status.success(),
+        "manager-a exits 0 after SIGTERM, got {status}:\n{}",
+        a.logs()
+    );
+    let sent_at_exit = stream.sent();
+    eventually(Duration::from_secs(10), "requests after manager-a exited", || async {
+        stream.sent() >= sent_at_exit + 20
+    })
+    .await;
+    let (sent, failures) = stream.finish().await;
+    assert!(
+        failures.is_empty(),
+        "{} of {} webhook requests failed around the SIGTERM:\n{}\n--- manager-a:\n{}",
+        failures.len(),
+        sent,
+        failures.join("\n"),
+        a.logs()
+    );
+    let leader_logs = a.logs();
+    assert!(
+        leader_logs.contains("lease released"),
+        "manager-a released the Lease:\n{leader_logs}"
+    );
+
+    // The CR stays Ready, and the new leader reconciles it.
+    assert!(cr_ready(&client).await, "the CR stays Ready");
+    let annotate = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
+    crs.patch(
+        names::BTP_OPERATOR_NAME,
+        &PatchParams::default(),
+        &Patch::Merge(&annotate),
+    )
+    .await
+    .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "manager-b reconciles (consumes the annotation)",
+        || async {
+            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
+            !cr.metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key(names::OPERATION_ANNOTATION)
+        },
+    )
+    .await;
+    assert!(cr_ready(&client).await, "the CR stays Ready under the new leader");
+
+    // SIGKILL the new leader: a third replica takes over once the Lease expires.
+    let mut c = Replica::start("manager-c", &kubeconfig, proxy.addr, &dir);
+    proxy.add(&c);
+    eventually(Duration::from_secs(30), "manager-c ready", || ready(c.health)).await;
+    b.signal("-KILL");
+    let _ = b.exited(Duration::from_secs(5)).await;
+    let takeover = eventually(
+        LEASE_DURATION + Duration::from_secs(3),
+        "manager-c leads within the lease duration",
+        || async { holder(&client).await == "manager-c" },
+    )
+    .await;
+    c.signal("-TERM");
+    let (status, _) = c.exited(Duration::from_secs(25)).await;
+    assert!(status.success(), "manager-c exits 0:\n{}", c.logs());
+
+    println!(
+        "SIGTERM: not ready after {not_ready:?}, standby leading after {handover:?}, exit 0 after {exit_after:?} \
+         (drain delay {DRAIN}); {} webhook requests, none failed. SIGKILL: standby leading after {takeover:?} \
+         (lease duration {LEASE_DURATION:?})",
+        sent
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The shipped Deployment gives the shutdown enough time: drain delay plus the reconciler's budget, and
+/// drain delay plus the webhooks' timeout, both within terminationGracePeriodSeconds.
+#[test]
+fn the_grace_period_covers_drain_and_in_flight_work() {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/deployment.yaml")).unwrap();
+    let d: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let pod = &d["spec"]["template"]["spec"];
+    let grace = Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().expect("grace period set"));
+    let args: Vec<String> = serde_json::from_value(pod["containers"][0]["args"].clone()).unwrap();
+    let drain = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--shutdown-drain-delay="))
+        .map(|v| btp_manager::config::parse_go_duration(v).expect("a duration"))
+        .unwrap_or(Duration::from_secs(5));
+    assert!(
+        drain + btp_manager::app::RECONCILER_STOP_BUDGET < grace,
+        "{drain:?} + reconcile budget vs {grace:?}"
+    );
+    let webhook_timeout = Duration::from_secs(5);
+    assert!(drain + webhook_timeout < grace);
+}

@@ -255,14 +255,25 @@ fn allowed_unused() -> BTreeMap<Triple, &'static str> {
     let soft = "soft delete: the operand's Deployment and webhook configurations go first";
     for (verb, group, resource) in [
         ("delete", "apps", "deployments"),
-        ("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
-        ("delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+        (
+            "delete",
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+        ),
+        (
+            "delete",
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+        ),
     ] {
         out.insert(Triple::new(verb, group, resource), soft);
     }
     let hard = "hard delete: delete-collection of ServiceBindings, then ServiceInstances, per namespace";
     for resource in ["servicebindings", "serviceinstances"] {
-        out.insert(Triple::new("deletecollection", "services.cloud.sap.com", resource), hard);
+        out.insert(
+            Triple::new("deletecollection", "services.cloud.sap.com", resource),
+            hard,
+        );
     }
     out
 }

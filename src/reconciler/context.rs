@@ -29,8 +29,9 @@ pub struct Context {
     /// Reconcile metrics.
     pub metrics: ReconcileMetrics,
     recorder: Recorder,
-    /// The `ReadyTimeout` clock: which CR (uid) waits for the operand Deployment, and since when.
-    waiting_since: Mutex<Option<(String, Instant)>>,
+    /// The `ReadyTimeout` clock: which CR (uid) waits for the operand Deployment, since when, and whether the
+    /// wait began in `Ready`.
+    waiting_since: Mutex<Option<(String, Instant, bool)>>,
     /// The hard delete of the CR being deleted in this process.
     hard_delete: Mutex<Option<HardDeleteClock>>,
     /// Whether the CR is being deleted: ServiceInstance/ServiceBinding deletions only wake the reconciler then.
@@ -50,7 +51,7 @@ struct HardDeleteClock {
 }
 
 /// A clock keyed by the CR's uid: a new incarnation of the CR starts a new wait.
-fn clock(slot: &Mutex<Option<(String, Instant)>>) -> MutexGuard<'_, Option<(String, Instant)>> {
+fn clock<T>(slot: &Mutex<Option<T>>) -> MutexGuard<'_, Option<T>> {
     match slot.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -150,15 +151,16 @@ impl Context {
         self.publish(event, &reference).await;
     }
 
-    /// When the CR `uid` began waiting for the operand Deployment (now, on the first call of this wait).
-    pub fn start_waiting(&self, uid: &str) -> Instant {
+    /// When the CR `uid` began waiting for the operand Deployment (now, on the first call of this wait), and
+    /// whether that wait began in `Ready` (a timeout is then `ReconcileFailed`, not `ProvisioningFailed`).
+    pub fn start_waiting(&self, uid: &str, from_ready: bool) -> (Instant, bool) {
         let mut slot = clock(&self.waiting_since);
         match slot.as_ref() {
-            Some((owner, since)) if owner == uid => *since,
+            Some((owner, since, began_ready)) if owner == uid => (*since, *began_ready),
             _ => {
                 let now = Instant::now();
-                *slot = Some((uid.to_string(), now));
-                now
+                *slot = Some((uid.to_string(), now, from_ready));
+                (now, from_ready)
             }
         }
     }

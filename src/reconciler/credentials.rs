@@ -3,6 +3,7 @@
 //! Messages list keys and names, never a value.
 
 use btp_api::names;
+use btp_webhooks::rules;
 use std::collections::BTreeMap;
 
 /// What the Secret provides once valid.
@@ -88,7 +89,9 @@ pub fn validate(
         }
         Observed::Present(data) => data,
     };
-    let blank = |v: &Vec<u8>| std::str::from_utf8(v).map(|s| s.trim().is_empty()).unwrap_or(false) || v.is_empty();
+    // The webhooks' rules, enforced again: the Secret webhook may not have been called (failurePolicy
+    // Ignore, a manager that was down, a Secret created before the webhooks existed).
+    let blank = |v: &Vec<u8>| rules::is_blank(v);
     let missing: Vec<&str> = names::REQUIRED_SECRET_KEYS
         .iter()
         .copied()
@@ -106,6 +109,17 @@ pub fn validate(
     if !empty.is_empty() {
         parts.push(format!("missing value(s) for {} key(s)", empty.join(", ")));
     }
+    let not_https: Vec<&str> = names::URL_SECRET_KEYS
+        .iter()
+        .copied()
+        .filter(|k| data.get(*k).is_some_and(|v| !blank(v) && !rules::is_https_url(v)))
+        .collect();
+    if !not_https.is_empty() {
+        parts.push(format!(
+            "key(s) {} must hold an https URL (for example https://service-manager.example.com)",
+            not_https.join(", ")
+        ));
+    }
     if !parts.is_empty() {
         return Err(SecretProblem::Invalid {
             message: parts.join(", "),
@@ -119,8 +133,20 @@ pub fn validate(
     let credentials_namespace = Some(text(names::CREDENTIALS_NAMESPACE_KEY))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| chart_namespace.to_string());
+    // Values as the mutating webhook would have stored them: the operand never sees surrounding whitespace.
+    let data = data
+        .iter()
+        .map(|(k, v)| {
+            let value = if names::REQUIRED_SECRET_KEYS.contains(&k.as_str()) {
+                rules::trim_bytes(v).to_vec()
+            } else {
+                v.clone()
+            };
+            (k.clone(), value)
+        })
+        .collect();
     Ok(Credentials {
-        data: data.clone(),
+        data,
         cluster_id: text("cluster_id"),
         credentials_namespace,
     })
@@ -176,6 +202,33 @@ mod tests {
         assert_eq!(
             message,
             "key(s) clientsecret, cluster_id not found, missing value(s) for sm_url, tokenurl key(s)"
+        );
+    }
+
+    #[test]
+    fn urls_must_be_https_and_values_reach_the_operand_trimmed() {
+        let mut d = full();
+        d.insert("sm_url".into(), b"http://sm.example.com".to_vec());
+        d.insert("tokenurl".into(), b"https://".to_vec());
+        let Err(SecretProblem::Invalid { message }) = validate(Observed::Present(&d), "s", "ns") else {
+            panic!()
+        };
+        assert_eq!(
+            message,
+            "key(s) sm_url, tokenurl must hold an https URL (for example https://service-manager.example.com)"
+        );
+        assert!(!message.contains("sm.example.com"), "no value in the message");
+        let mut d = full();
+        d.insert("clientid".into(), b"  id\n".to_vec());
+        d.insert("cluster_id".into(), b"\tc-1 ".to_vec());
+        d.insert("extra".into(), b" kept as is ".to_vec());
+        let c = validate(Observed::Present(&d), "s", "ns").unwrap();
+        assert_eq!(c.operand_secret_data()["clientid"], b"id");
+        assert_eq!(c.cluster_id, "c-1");
+        assert_eq!(
+            c.operand_secret_data()["extra"],
+            b" kept as is ",
+            "only the required keys are trimmed"
         );
     }
 

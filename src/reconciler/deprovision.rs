@@ -7,19 +7,18 @@ use super::context::Context;
 use super::deprovision_plan::{self as plan, HardDelete};
 use super::error::{ApiError, ReconcileError, Stop};
 use super::provision::{self, End};
-use super::requeue::Requeue;
+use super::requeue::{Next, Requeue};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
 use btp_api::{names, BtpOperator, Reason};
-use kube::runtime::controller::Action;
 use kube::ResourceExt as _;
 
 /// Deprovision `cr` (its `deletionTimestamp` is set).
-pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Action, ReconcileError> {
+pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Next, ReconcileError> {
     if !cr.finalizers().iter().any(|f| f == names::FINALIZER) {
         // Not ours to finish (never provisioned, or already done).
         ctx.end_deletion();
-        return Ok(Action::await_change());
+        return Ok(Next::AWAIT_CHANGE);
     }
     // From here on, deletions of ServiceInstances and ServiceBindings wake the reconciler.
     ctx.set_deleting(true);
@@ -34,7 +33,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
                 tracing::info!("BtpOperator deprovisioned: finalizer removed");
                 ctx.end_deletion();
             }
-            Ok(end.action(&config))
+            Ok(end.next(&config))
         }
         Err(Stop::Report(outcome)) if outcome.reason == Reason::ResourceRemovalFailed => {
             // Restore the operand, report, and retry with backoff.
@@ -47,7 +46,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
         }
         Err(Stop::Report(outcome)) => {
             status.set(outcome.clone()).await?;
-            Ok(End::periodic(outcome).action(&config))
+            Ok(End::periodic(outcome).next(&config))
         }
         Err(Stop::Fail(e)) => Err(e),
     }

@@ -2,8 +2,6 @@
 //! controller-runtime names the Go manager's performance tests read (docs/behaviour.md#metrics), and
 //! `btpmanager_certs_regenerations_total`.
 
-use super::ReconcileError;
-use kube::runtime::controller::Action;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -110,15 +108,12 @@ impl ReconcileMetrics {
             .sum()
     }
 
-    /// Record one reconcile.
-    pub fn observe(&self, result: &Result<Action, ReconcileError>, elapsed: Duration) {
+    /// Record one reconcile under its controller-runtime `result` label (`success`, `requeue_after`,
+    /// `requeue`, `error`).
+    pub fn observe(&self, label: &'static str, elapsed: Duration) {
         self.time
             .get_or_create(&ControllerLabel { controller: CONTROLLER })
             .observe(elapsed.as_secs_f64());
-        let label = match result {
-            Err(_) => "error",
-            Ok(_) => "success",
-        };
         self.total
             .get_or_create(&ResultLabels {
                 controller: CONTROLLER,

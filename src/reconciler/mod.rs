@@ -38,6 +38,7 @@ pub use readiness::deployment_ready;
 use btp_api::{names, BtpOperator, Reason};
 use kube::runtime::controller::Action;
 use kube::{Resource as _, ResourceExt as _};
+use requeue::Next;
 use status::Outcome;
 use status_writer::StatusWriter;
 use std::sync::Arc;
@@ -48,16 +49,17 @@ pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action
     let started = Instant::now();
     let result = reconcile_once(&cr, &ctx).await;
     ctx.record_result(result.is_ok());
-    ctx.metrics.observe(&result, started.elapsed());
-    result
+    let label = result.as_ref().map_or("error", |next| next.result_label());
+    ctx.metrics.observe(label, started.elapsed());
+    result.map(Next::action)
 }
 
-async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Action, ReconcileError> {
+async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, ReconcileError> {
     let operation = cr.annotations().get(names::OPERATION_ANNOTATION).map(String::as_str);
     if operation == Some("ignore") {
         // Treated as if it did not exist: no status, no finalizer, no deletion.
         tracing::debug!(name = %cr.name_any(), "operation annotation is ignore: leaving the CR alone");
-        return Ok(Action::await_change());
+        return Ok(Next::AWAIT_CHANGE);
     }
     let mut status = StatusWriter::new(ctx, cr);
     if !is_valid(cr) {
@@ -67,7 +69,7 @@ async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Action, Recon
                 "Your resource must be in the kyma-system namespace. The resource's name must be btpoperator.",
             ))
             .await?;
-        return Ok(Action::await_change());
+        return Ok(Next::AWAIT_CHANGE);
     }
     let action = if cr.meta().deletion_timestamp.is_some() {
         deprovision::run(ctx, cr, &mut status).await?

@@ -9,12 +9,11 @@ use super::drift;
 use super::error::{report, ReconcileError, Stop};
 use super::network_policies;
 use super::readiness::{self, Wait};
-use super::requeue::{self, Requeue};
+use super::requeue::{self, Next, Requeue};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
 use crate::config::Config;
 use btp_api::{names, BtpOperator, Reason, State};
-use kube::runtime::controller::Action;
 use kube::ResourceExt as _;
 
 /// How a pass ended: what to report (nothing, when the status already says it) and when to come back.
@@ -34,18 +33,15 @@ impl End {
         }
     }
 
-    /// The controller action for this end.
-    pub fn action(&self, config: &Config) -> Action {
+    /// What the controller does after this end.
+    pub fn next(&self, config: &Config) -> Next {
         let reason = self.report.as_ref().map_or(Reason::Updated, |o| o.reason);
-        match requeue::delay(reason, self.requeue, config) {
-            Some(d) => Action::requeue(d),
-            None => Action::await_change(),
-        }
+        Next(requeue::delay(reason, self.requeue, config))
     }
 }
 
 /// Provision a live, valid CR.
-pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Action, ReconcileError> {
+pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Next, ReconcileError> {
     let config = ctx.config();
     let cluster = Cluster::new(ctx, &config);
     cluster.add_finalizer(cr).await?;
@@ -67,7 +63,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
     if let Some(outcome) = &end.report {
         status.set(outcome.clone()).await?;
     }
-    Ok(end.action(&config))
+    Ok(end.next(&config))
 }
 
 async fn steps(
@@ -78,19 +74,24 @@ async fn steps(
 ) -> Result<End, Stop> {
     let config = ctx.config();
     let was_ready = status.state() == Some(State::Ready);
-    let failed = if was_ready {
-        Reason::ReconcileFailed
-    } else {
-        Reason::ProvisioningFailed
+    // Failures of a CR that was Ready are `ReconcileFailed`, also when the wait for the operand that began
+    // in Ready (with an intermediate Processing status) runs out; before that, `ProvisioningFailed`.
+    let failed = |from_ready: bool| {
+        if from_ready {
+            Reason::ReconcileFailed
+        } else {
+            Reason::ProvisioningFailed
+        }
     };
-    converge(ctx, cluster, cr, Some(status), failed).await?;
+    converge(ctx, cluster, cr, Some(status), failed(was_ready)).await?;
 
     let deployment = cluster.operand_deployment().await?;
     let ready = deployment.as_ref().is_some_and(readiness::deployment_ready);
-    let waited = if ready {
-        Default::default()
+    let (waited, from_ready) = if ready {
+        (Default::default(), was_ready)
     } else {
-        ctx.start_waiting(&cr.uid().unwrap_or_default()).elapsed()
+        let (since, from_ready) = ctx.start_waiting(&cr.uid().unwrap_or_default(), was_ready);
+        (since.elapsed(), from_ready)
     };
     Ok(match readiness::judge(ready, waited, config.ready_timeout) {
         Wait::Ready => {
@@ -101,7 +102,7 @@ async fn steps(
             ))
         }
         Wait::TimedOut => End::periodic(Outcome::new(
-            failed,
+            failed(from_ready),
             format!(
                 "timed out while waiting for resources readiness: timeout waiting for {} Deployment to be ready",
                 config.deployment_name

@@ -17,6 +17,33 @@ pub enum Requeue {
     Never,
 }
 
+/// What the controller does after a successful pass: come back after a delay, or only on a watch event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Next(pub Option<Duration>);
+
+impl Next {
+    /// Only a watch event brings the CR back.
+    pub const AWAIT_CHANGE: Next = Next(None);
+
+    /// The controller's action.
+    pub fn action(self) -> kube::runtime::controller::Action {
+        match self.0 {
+            Some(d) => kube::runtime::controller::Action::requeue(d),
+            None => kube::runtime::controller::Action::await_change(),
+        }
+    }
+
+    /// The `result` label controller-runtime counts such a pass under: `requeue_after` when it comes back
+    /// after a delay, `success` otherwise (errors are counted as `error`).
+    pub fn result_label(self) -> &'static str {
+        if self.0.is_some() {
+            "requeue_after"
+        } else {
+            "success"
+        }
+    }
+}
+
 /// The delay before the next pass, or `None` for "only on a watch event".
 pub fn delay(reason: Reason, requeue: Requeue, config: &Config) -> Option<Duration> {
     let interval = match requeue {
@@ -50,6 +77,12 @@ pub fn error_backoff(failures: u32, jitter: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn result_labels_follow_controller_runtime() {
+        assert_eq!(Next(Some(Duration::from_secs(1))).result_label(), "requeue_after");
+        assert_eq!(Next::AWAIT_CHANGE.result_label(), "success");
+    }
 
     #[test]
     fn error_backoff_doubles_up_to_the_cap_with_jitter() {

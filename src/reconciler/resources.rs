@@ -333,6 +333,35 @@ fn set_deployment_images(obj: &mut Value, inputs: &Inputs<'_>) -> Result<(), Pre
     found.then_some(()).ok_or(PrepareError::NoManagerContainer(name))
 }
 
+/// Whether `live` already holds everything `desired` sets, so that applying `desired` would change nothing.
+///
+/// Server-side apply of an unchanged object writes nothing on current API servers, but Kubernetes 1.24
+/// re-writes webhook configurations on every apply (only `managedFields[].time` changes, yet the
+/// resourceVersion moves, and every watcher wakes up). Comparing first keeps a steady-state reconcile free
+/// of writes everywhere. The comparison is containment: every field of `desired` must be in `live` with
+/// an equal value (objects by key, arrays element by element with equal length); fields only `live` has
+/// (defaults, status, other managers' fields) do not matter. `metadata.namespace` of a cluster-scoped
+/// object is ignored (the API server drops it). A value the server normalises differently (say a
+/// quantity) only costs an apply.
+pub fn already_applied(live: &Value, desired: &Value) -> bool {
+    let (_, kind, _, _) = identity(desired);
+    let mut desired = desired.clone();
+    if is_cluster_scoped(&kind) {
+        if let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("namespace");
+        }
+    }
+    contains(live, &desired)
+}
+
+fn contains(live: &Value, desired: &Value) -> bool {
+    match (live, desired) {
+        (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| l.get(k).is_some_and(|lv| contains(lv, dv))),
+        (Value::Array(l), Value::Array(d)) => l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv)),
+        (l, d) => l == d,
+    }
+}
+
 /// `(apiVersion, kind, namespace, name)` of an object, for API calls.
 pub fn identity(obj: &Value) -> (String, String, Option<String>, String) {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();

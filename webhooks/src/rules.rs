@@ -224,12 +224,14 @@ fn secret_value(obj: &AdmittedObject, key: &str) -> SecretValue {
     }
 }
 
-fn is_blank(bytes: &[u8]) -> bool {
+/// Whether a Secret value counts as empty (only whitespace). Shared with the reconciler, which enforces
+/// the same rules when the webhook was not called.
+pub fn is_blank(bytes: &[u8]) -> bool {
     bytes.iter().all(|b| b.is_ascii_whitespace()) || std::str::from_utf8(bytes).is_ok_and(|s| s.trim().is_empty())
 }
 
 /// Whether `value` is an absolute `https` URL with a host.
-fn is_https_url(value: &[u8]) -> bool {
+pub fn is_https_url(value: &[u8]) -> bool {
     let Ok(s) = std::str::from_utf8(value) else {
         return false;
     };
@@ -342,7 +344,8 @@ fn add_finalizer(obj: &AdmittedObject) -> Vec<PatchOperation> {
     }
 }
 
-fn trim_bytes(bytes: &[u8]) -> &[u8] {
+/// A Secret value without leading/trailing whitespace (what the mutating webhook stores).
+pub fn trim_bytes(bytes: &[u8]) -> &[u8] {
     match std::str::from_utf8(bytes) {
         Ok(s) => s.trim().as_bytes(),
         Err(_) => bytes.trim_ascii(),

@@ -83,6 +83,17 @@ impl Cluster<'_> {
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         for obj in &objects {
             let (api, name) = self.dynamic_api(obj);
+            // Compare first: an apply that would change nothing is not sent (see `already_applied`).
+            let live = retrying(|| api.get_opt(&name)).await.map_err(api_err(format!(
+                "reading {} {name}",
+                obj["kind"].as_str().unwrap_or("")
+            )))?;
+            let unchanged = live
+                .and_then(|l| serde_json::to_value(l).ok())
+                .is_some_and(|l| resources::already_applied(&l, obj));
+            if unchanged {
+                continue;
+            }
             let patch = Patch::Apply(obj);
             retrying(|| api.patch(&name, &params, &patch))
                 .await

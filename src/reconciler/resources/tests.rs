@@ -199,3 +199,49 @@ fn unversioned_objects_get_the_managed_labels_without_chart_version() {
     assert!(labels.get("chart-version").is_none());
     assert_eq!(secret["metadata"]["namespace"], "btp-ns");
 }
+
+#[test]
+fn an_object_is_already_applied_when_the_live_one_contains_every_desired_field() {
+    let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "ns", "labels": {"a": "1"}},
+        "data": {"k": "v"}});
+    let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "ns", "labels": {"a": "1", "other": "x"}, "resourceVersion": "7",
+                     "managedFields": []},
+        "data": {"k": "v"}});
+    assert!(super::already_applied(&live, &desired));
+    let mut edited = live.clone();
+    edited["data"]["k"] = json!("changed by hand");
+    assert!(
+        !super::already_applied(&edited, &desired),
+        "an edited field is re-applied"
+    );
+    let mut missing = live.clone();
+    missing["metadata"]["labels"].as_object_mut().unwrap().remove("a");
+    assert!(
+        !super::already_applied(&missing, &desired),
+        "a removed label is re-applied"
+    );
+
+    // Arrays compare element by element (defaults the server adds inside elements are fine).
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"},
+        "spec": {"ports": [{"port": 443}]}});
+    let l = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"},
+        "spec": {"ports": [{"port": 443, "protocol": "TCP"}]}});
+    assert!(super::already_applied(&l, &d));
+    let two = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"},
+        "spec": {"ports": [{"port": 443}, {"port": 80}]}});
+    assert!(!super::already_applied(&two, &d), "a different length is a change");
+
+    // The namespace the preparation puts on cluster-scoped objects is not on the live object.
+    let d = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "w", "namespace": "kyma-system"},
+        "webhooks": [{"name": "a", "clientConfig": {"caBundle": "Q0E="}}]});
+    let l = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "w", "resourceVersion": "3"},
+        "webhooks": [{"name": "a", "clientConfig": {"caBundle": "Q0E="}, "timeoutSeconds": 10}]});
+    assert!(super::already_applied(&l, &d));
+    let mut wiped = l.clone();
+    wiped["webhooks"][0]["clientConfig"]["caBundle"] = json!("");
+    assert!(!super::already_applied(&wiped, &d), "a wiped caBundle is put back");
+}

@@ -1,0 +1,203 @@
+//! Timers, requeues and retries: no configuration makes the manager spin, the ReadyTimeout clock belongs to
+//! one wait, a failing API is retried with backoff, and a Ready CR's outage is a ReconcileFailed.
+
+mod common;
+
+use btp_api::{names, State};
+use btp_manager::config::Config;
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use std::time::{Duration, Instant};
+
+const DEPLOYMENT: &str = "sap-btp-operator-controller-manager";
+
+/// Mark the operand Deployment (not) available, as its controller would.
+async fn set_available(env: &Env, available: bool) {
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    eventually(Duration::from_secs(10), "the operand Deployment exists", || async {
+        deployments.get_opt(DEPLOYMENT).await.unwrap().is_some()
+    })
+    .await;
+    let status = if available { "True" } else { "False" };
+    let patch = serde_json::json!({"status": {"conditions": [
+        {"type": "Available", "status": status, "reason": "Test", "message": "set by the test"},
+        {"type": "Progressing", "status": "True", "reason": "Test", "message": "set by the test"},
+    ]}});
+    deployments
+        .patch_status(DEPLOYMENT, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn zero_requeue_intervals_mean_no_periodic_requeue_and_no_spin() {
+    let config = Config {
+        ready_state_requeue_interval: Duration::ZERO,
+        processing_state_requeue_interval: Duration::ZERO,
+        hard_delete_check_interval: Duration::ZERO,
+        ..Config::default()
+    };
+    let env = ready_env(config).await;
+    let before = env.ctx.metrics.reconciles();
+    // A measurement window, not a synchronisation: a spinning manager makes hundreds of passes in it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let passes = env.ctx.metrics.reconciles() - before;
+    assert!(passes <= 3, "{passes} reconciles in 3 s with every interval at 0");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn the_ready_timeout_clock_restarts_when_the_wait_restarts() {
+    // The operand never becomes available here: every wait ends in the timeout.
+    let config = Config {
+        ready_timeout: Duration::from_secs(3),
+        ..Config::default()
+    };
+    let env = Env::start(config, false).await;
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    // The first wait begins; the Secret goes missing in the middle of it.
+    eventually(Duration::from_secs(5), "the operand Deployment exists", || async {
+        Api::<Deployment>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
+            .get_opt(DEPLOYMENT)
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    secrets
+        .delete(names::REQUIRED_SECRET_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Warning,
+        "MissingSecret",
+        Duration::from_secs(5),
+    )
+    .await;
+    // Longer than the first wait's timeout passes while the Secret is missing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let restored = Instant::now();
+    env.create_secret(credentials(), true).await;
+    // A new wait: Processing first, and the timeout only after a full ReadyTimeout.
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Processing,
+        "Updated",
+        Duration::from_secs(5),
+    )
+    .await;
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Error,
+        "ProvisioningFailed",
+        Duration::from_secs(10),
+    )
+    .await;
+    let waited = restored.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "the timeout came {waited:?} after the Secret was restored; the new wait must last the full 3 s"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn an_outage_after_ready_that_times_out_is_a_reconcile_failure() {
+    let config = Config {
+        ready_timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let env = Env::start(config, false).await;
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    set_available(&env, true).await;
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+    set_available(&env, false).await;
+    let cr = env
+        .wait_for(
+            names::KYMA_SYSTEM,
+            names::BTP_OPERATOR_NAME,
+            State::Error,
+            "ReconcileFailed",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(cr.status.unwrap().conditions[0]
+        .message
+        .starts_with("timed out while waiting for resources readiness"));
+    // And back once the operand recovers.
+    set_available(&env, true).await;
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_api_is_retried_with_backoff_not_hammered() {
+    let env = ready_env(Config::default()).await;
+    let Some(server) = env.server() else {
+        // Needs fault injection (the embedded API server).
+        env.stop().await;
+        return;
+    };
+    // Status writes fail; then the Secret goes, so every pass has a status to write and fails.
+    server.faults().fail(1.0, 500, Some("patch"), Some("btpoperators"));
+    Api::<Secret>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
+        .delete(names::REQUIRED_SECRET_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "a pass failed", || async {
+        env.ctx.consecutive_failures() >= 1
+    })
+    .await;
+    let log = server.request_log();
+    log.clear();
+    let before = env.ctx.metrics.reconciles();
+    // A measurement window: 6 s of a failing API.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let requests = log.entries().len();
+    let passes = env.ctx.metrics.reconciles() - before;
+    assert!(env.ctx.consecutive_failures() >= 2, "the passes kept failing");
+    server.faults().clear();
+    // Backoff 1 s, 2 s, 4 s (±20 %): at most 4 retries in 6 s, each a few dozen requests. A fixed short
+    // retry or a retry loop makes many times that.
+    assert!(passes <= 4, "{passes} failed passes in 6 s");
+    assert!(requests <= 250, "{requests} requests in 6 s against a failing API");
+    // The next retry succeeds and resets the backoff.
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Warning,
+        "MissingSecret",
+        Duration::from_secs(20),
+    )
+    .await;
+    eventually(
+        Duration::from_secs(5),
+        "the success resets the failure count",
+        || async { env.ctx.consecutive_failures() == 0 },
+    )
+    .await;
+    env.stop().await;
+}

@@ -201,9 +201,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
 
+    // The Secret the webhook guards is the one the reconciler reads: flags, then the runtime ConfigMap.
+    let effective = reconciler::controller::startup_config(&client, &config_from_args(&args.reconciler)).await;
     let rules = RulesConfig {
-        secret_namespace: args.reconciler.chart_namespace.clone(),
-        secret_name: args.reconciler.secret_name.clone(),
+        secret_namespace: effective.chart_namespace,
+        secret_name: effective.secret_name,
     };
     let state =
         WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone()))).with_metrics(webhook_metrics);

@@ -77,7 +77,53 @@ pub struct ConfigProblem {
     pub reason: String,
 }
 
+/// Keys of the Go manager that this manager accepts and does not use, with why.
+pub const INERT_KEYS: [(&str, &str); 5] = [
+    (
+        "ChartPath",
+        "not used: the chart version ships with the module resources (chart-version)",
+    ),
+    (
+        "ReadyCheckInterval",
+        "not used: the manager does not poll; the operand Deployment's watch brings it back",
+    ),
+    (
+        "StatusUpdateTimeout",
+        "not used: a status is written once per change, retried on transient errors",
+    ),
+    (
+        "StatusUpdateCheckInterval",
+        "not used: a status is written once per change, retried on transient errors",
+    ),
+    (
+        "ProbeInterval",
+        "not used: the CA-bundle probe is not part of this manager",
+    ),
+];
+
+/// Keys naming watched objects: they apply when the manager starts (the ConfigMap is read before the
+/// controller), and a change while it runs takes effect at the next start.
+pub const RESTART_KEYS: [&str; 4] = ["ChartNamespace", "SecretName", "ConfigName", "DeploymentName"];
+
 impl Config {
+    /// Keep the running values of [`RESTART_KEYS`] in `self` (a configuration computed while running); returns
+    /// the keys whose new value waits for a restart.
+    pub fn keep_restart_only(&mut self, running: &Config) -> Vec<&'static str> {
+        let mut waiting = Vec::new();
+        for (key, next, now) in [
+            ("ChartNamespace", &mut self.chart_namespace, &running.chart_namespace),
+            ("SecretName", &mut self.secret_name, &running.secret_name),
+            ("ConfigName", &mut self.config_name, &running.config_name),
+            ("DeploymentName", &mut self.deployment_name, &running.deployment_name),
+        ] {
+            if next != now {
+                waiting.push(key);
+                next.clone_from(now);
+            }
+        }
+        waiting
+    }
+
     /// Apply the runtime ConfigMap's data on top of `self` (docs/behaviour.md#runtime-configmap). Unknown keys and unparsable
     /// values are reported and leave the previous value. Returns the problems.
     pub fn apply_configmap(&mut self, data: &BTreeMap<String, String>) -> Vec<ConfigProblem> {
@@ -129,12 +175,19 @@ impl Config {
                         reason: e.to_string(),
                     }),
                 },
-                // Accepted for compatibility; not used by this implementation.
+                // Accepted for compatibility with the Go manager; nothing here uses them.
                 "ChartPath"
                 | "ReadyCheckInterval"
                 | "StatusUpdateTimeout"
                 | "StatusUpdateCheckInterval"
-                | "ProbeInterval" => {}
+                | "ProbeInterval" => problems.push(ConfigProblem {
+                    key: key.clone(),
+                    reason: INERT_KEYS
+                        .iter()
+                        .find(|(k, _)| k == key)
+                        .map_or("not used by this manager", |(_, why)| why)
+                        .into(),
+                }),
                 _ => problems.push(ConfigProblem {
                     key: key.clone(),
                     reason: "unknown key, ignored".into(),

@@ -201,3 +201,103 @@ async fn a_failing_api_is_retried_with_backoff_not_hammered() {
     .await;
     env.stop().await;
 }
+
+/// Create the runtime ConfigMap (labelled as the Go manager's e2e fixture has it).
+async fn runtime_configmap(env: &Env, data: serde_json::Value) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM,
+                     "labels": {"app.kubernetes.io/managed-by": "btp-manager"}},
+        "data": data
+    }))
+    .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    api.patch(
+        "sap-btp-manager",
+        &PatchParams::apply("e2e-test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_runtime_configmap_is_read_before_the_first_reconcile() {
+    let env = Env::start_with(
+        Config::default(),
+        true,
+        StartOptions {
+            reconcile: false,
+            ..StartOptions::default()
+        },
+    )
+    .await;
+    runtime_configmap(&env, serde_json::json!({"EnableLimitedCache": "false"})).await;
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    if let Some(log) = env.request_log() {
+        log.clear();
+    }
+    let mut env = env;
+    env.restart_manager().await;
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let operand: ConfigMap = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM)
+        .get("sap-btp-operator-config")
+        .await
+        .unwrap();
+    assert_eq!(operand.data.unwrap()["ENABLE_LIMITED_CACHE"], "false");
+    if let Some(log) = env.request_log() {
+        // Written once, with the ConfigMap's value: never first with the flag default.
+        let writes = log.filter(|r| r.changed && r.resource == "configmaps" && r.name == "sap-btp-operator-config");
+        assert_eq!(writes.len(), 1, "{writes:?}");
+    }
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn an_invalid_value_keeps_the_previous_one_and_watched_names_wait_for_a_restart() {
+    let env = ready_env(Config::default()).await;
+    runtime_configmap(&env, serde_json::json!({"ReadyTimeout": "10s"})).await;
+    eventually(Duration::from_secs(5), "ReadyTimeout applied", || async {
+        env.ctx.config().ready_timeout == Duration::from_secs(10)
+    })
+    .await;
+    runtime_configmap(
+        &env,
+        serde_json::json!({"ReadyTimeout": "soon", "DeploymentName": "elsewhere", "ProbeInterval": "1h",
+                           "EnableLimitedCache": "false"}),
+    )
+    .await;
+    eventually(Duration::from_secs(5), "the new ConfigMap applied", || async {
+        env.ctx.config().enable_limited_cache == "false"
+    })
+    .await;
+    let config = env.ctx.config();
+    assert_eq!(
+        config.ready_timeout,
+        Duration::from_secs(10),
+        "the invalid value kept the previous one"
+    );
+    assert_eq!(
+        config.deployment_name, DEPLOYMENT,
+        "a watched object's name changes at the next start"
+    );
+    reconcile_now(&env).await;
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(5),
+    )
+    .await;
+    env.stop().await;
+}

@@ -25,7 +25,7 @@ pub struct Context {
     /// `KUBE_RBAC_PROXY`.
     pub rbac_proxy_image: Option<String>,
     /// The operand's network policies (manager-resources/network-policies).
-    pub network_policies: Vec<Value>,
+    network_policies: RwLock<Arc<Vec<Value>>>,
     /// Reconcile metrics.
     pub metrics: ReconcileMetrics,
     recorder: Recorder,
@@ -81,7 +81,7 @@ impl Context {
             resources: RwLock::new(Arc::new(resources)),
             image,
             rbac_proxy_image,
-            network_policies: Vec::new(),
+            network_policies: RwLock::new(Arc::new(Vec::new())),
             metrics,
             recorder,
             waiting_since: Mutex::new(None),
@@ -93,9 +93,25 @@ impl Context {
     }
 
     /// Install these network policies (unless a CR disables them).
-    pub fn with_network_policies(mut self, policies: Vec<Value>) -> Self {
-        self.network_policies = policies;
+    pub fn with_network_policies(self, policies: Vec<Value>) -> Self {
+        self.set_network_policies(policies);
         self
+    }
+
+    /// The operand's network policies now.
+    pub fn network_policies(&self) -> Arc<Vec<Value>> {
+        match self.network_policies.read() {
+            Ok(p) => p.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Replace the network policies.
+    pub fn set_network_policies(&self, policies: Vec<Value>) {
+        match self.network_policies.write() {
+            Ok(mut p) => *p = Arc::new(policies),
+            Err(p) => *p.into_inner() = Arc::new(policies),
+        }
     }
 
     /// The configuration now.

@@ -49,24 +49,65 @@ fn jitter() -> f64 {
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Follow the runtime ConfigMap: on every change, `base` (defaults + flags) with the ConfigMap's keys on
-/// top becomes the configuration; when it is deleted, `base` again (deleting reverts to the defaults). Each
-/// change triggers a reconcile.
+/// The configuration the manager starts with: `flags` (defaults and flags) with the runtime ConfigMap's keys
+/// on top, read once directly (no label needed) before anything else starts, so that the first reconcile,
+/// the watches and the webhook rules all see it. A missing ConfigMap is not an error; an unreadable one is
+/// logged and the flags stay.
+pub async fn startup_config(client: &kube::Client, flags: &Config) -> Config {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &flags.chart_namespace);
+    let mut config = flags.clone();
+    match api.get_opt(&flags.config_name).await {
+        Ok(Some(cm)) => {
+            let data = cm.data.unwrap_or_default();
+            for problem in config.apply_configmap(&data) {
+                log_problem(&problem, true);
+            }
+            tracing::info!(configmap = %flags.config_name, "runtime configuration read at start");
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %super::error::summary(&e), "reading the runtime ConfigMap at start; using the flags")
+        }
+    }
+    config
+}
+
+/// Log a ConfigMap key that was not applied; keys that are accepted but unused only when `first_time`.
+fn log_problem(problem: &crate::config::ConfigProblem, first_time: bool) {
+    let inert = crate::config::INERT_KEYS.iter().any(|(k, _)| *k == problem.key);
+    if inert {
+        if first_time {
+            tracing::info!(key = %problem.key, reason = %problem.reason, "runtime ConfigMap key accepted");
+        }
+    } else {
+        tracing::warn!(key = %problem.key, reason = %problem.reason, "runtime ConfigMap value not applied; the previous value stays");
+    }
+}
+
+/// Follow the runtime ConfigMap: on every change, `flags` (defaults and flags) with the ConfigMap's keys on
+/// top becomes the configuration; when it is deleted, the flags again (deleting reverts to the defaults).
+/// An invalid value keeps the one applied before; keys naming watched objects wait for a restart
+/// ([`crate::config::RESTART_KEYS`]). Each change triggers a reconcile.
 async fn follow_config(
     ctx: Arc<Context>,
-    base: Config,
+    flags: Config,
     trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
 ) {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::runtime::watcher::Event as W;
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &base.chart_namespace);
+    let running = ctx.config();
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &running.chart_namespace);
     let mut events = watcher::watcher(
         api,
-        watcher::Config::default().fields(&format!("metadata.name={}", base.config_name)),
+        watcher::Config::default().fields(&format!("metadata.name={}", running.config_name)),
     )
     // With backoff: a lost API server must not turn this into a busy loop.
     .default_backoff()
     .boxed();
+    let mut logged = std::collections::BTreeSet::new();
+    // The last value of each key that applied, for a later invalid one.
+    let mut last_good: std::collections::BTreeMap<String, String> = Default::default();
     while let Some(event) = events.next().await {
         let data = match event {
             Ok(W::Apply(cm)) | Ok(W::InitApply(cm)) => Some(cm.data.unwrap_or_default()),
@@ -77,17 +118,49 @@ async fn follow_config(
                 continue;
             }
         };
-        let mut next = base.clone();
+        let mut next = flags.clone();
         if let Some(data) = &data {
-            for problem in next.apply_configmap(data) {
-                tracing::warn!(key = %problem.key, reason = %problem.reason, "config ConfigMap value not applied");
+            let problems = next.clone().apply_configmap(data);
+            let mut effective = data.clone();
+            for problem in &problems {
+                log_problem(problem, logged.insert(problem.key.clone()));
+                if crate::config::INERT_KEYS.iter().any(|(k, _)| *k == problem.key) {
+                    continue;
+                }
+                match last_good.get(&problem.key) {
+                    Some(previous) => effective.insert(problem.key.clone(), previous.clone()),
+                    None => effective.remove(&problem.key),
+                };
             }
+            next.apply_configmap(&effective);
+            last_good = effective;
+        } else {
+            last_good.clear();
+        }
+        for key in next.keep_restart_only(&ctx.config()) {
+            tracing::warn!(
+                key,
+                "runtime ConfigMap: this key names watched objects and takes effect at the next start"
+            );
         }
         ctx.metrics.custom_config_applied(data.is_some());
-        if next.resources_path != ctx.config().resources_path {
+        let current = ctx.config();
+        if next.resources_path != current.resources_path {
             match resources::load(&next.resources_path) {
                 Ok(module) => ctx.set_resources(module),
-                Err(e) => tracing::warn!(error = %e, "module resources from the new ResourcesPath not loaded"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "module resources from the new ResourcesPath not loaded; the previous stay");
+                    next.resources_path = current.resources_path.clone();
+                }
+            }
+        }
+        if next.manager_resources_path != current.manager_resources_path {
+            match network_policies::load(&next.manager_resources_path) {
+                Ok(policies) => ctx.set_network_policies(policies),
+                Err(e) => {
+                    tracing::warn!(error = %e, "network policies from the new ManagerResourcesPath not loaded; the previous stay");
+                    next.manager_resources_path = current.manager_resources_path.clone();
+                }
             }
         }
         ctx.set_config(next);
@@ -166,10 +239,26 @@ pub fn everything_but_status(cr: &BtpOperator) -> Option<u64> {
 
 /// Run the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let config = ctx.config();
+    let flags = ctx.config();
     let client = ctx.client.clone();
+    let config = startup_config(&client, &flags).await;
+    if config.resources_path != flags.resources_path {
+        match resources::load(&config.resources_path) {
+            Ok(module) => ctx.set_resources(module),
+            Err(e) => {
+                tracing::warn!(error = %e, "module resources from ResourcesPath not loaded; the built-in ones stay")
+            }
+        }
+    }
+    if config.manager_resources_path != flags.manager_resources_path {
+        match network_policies::load(&config.manager_resources_path) {
+            Ok(policies) => ctx.set_network_policies(policies),
+            Err(e) => tracing::warn!(error = %e, "network policies from ManagerResourcesPath not loaded"),
+        }
+    }
+    ctx.set_config(config.clone());
     let (trigger, triggered) = futures::channel::mpsc::unbounded();
-    let config_task = tokio::spawn(follow_config(ctx.clone(), config.clone(), trigger));
+    let config_task = tokio::spawn(follow_config(ctx.clone(), flags, trigger));
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
 
     // The CR, without the updates that change only its status: the manager's own status writes must not

@@ -57,7 +57,7 @@ impl Cluster<'_> {
     ) -> Result<(), ApplyError> {
         self.delete_outdated(module).await?;
         let certs = self.operand_certificates(cr).await?;
-        let policies = match network_policies::plan(&self.ctx.network_policies, policies_enabled) {
+        let policies = match network_policies::plan(&self.ctx.network_policies(), policies_enabled) {
             network_policies::Plan::Apply(policies) => policies,
             network_policies::Plan::Remove => {
                 self.remove_network_policies().await?;

@@ -133,6 +133,9 @@ pub async fn match_conditions_supported(client: &kube::Client) -> bool {
 /// `--shutdown-drain-delay` so that the endpoints controller can take the pod out of the Service, then
 /// they stop accepting and finish what is in flight; the process exits 0.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    for (flag, why) in args.go_manager.ignored() {
+        tracing::info!(flag, why, "flag of the Go BTP Manager accepted; it has no effect here");
+    }
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API (KUBECONFIG, ~/.kube/config or in-cluster)")?;

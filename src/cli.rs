@@ -1,5 +1,6 @@
 //! Command line (flags and defaults: docs/configuration.md, docs/behaviour.md#configuration).
 
+use crate::config::defaults;
 use clap::{Args, Parser, Subcommand};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -50,8 +51,9 @@ pub struct RunArgs {
     /// live there).
     #[arg(long, env = "POD_NAMESPACE", default_value = btp_api::names::KYMA_SYSTEM)]
     pub namespace: String,
-    /// Enable leader election (only the leader reconciles; every replica serves webhooks).
-    #[arg(long)]
+    /// Enable leader election (only the leader reconciles; every replica serves webhooks). Also accepts
+    /// `--leader-elect=true|false`, as the Go manager's flag does.
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_elect: bool,
     /// How long a leader's Lease lasts without renewal: a standby takes over a crashed leader after this
     /// long (a leader that shuts down releases it at once). Renewed 5 s (at most a third) before expiry.
@@ -65,6 +67,98 @@ pub struct RunArgs {
     pub reconciler: ReconcilerArgs,
     #[command(flatten)]
     pub webhook: WebhookArgs,
+    #[command(flatten)]
+    pub go_manager: GoManagerArgs,
+}
+
+/// Flags of the Go BTP Manager that have no effect here, accepted so that its Deployment's args start this
+/// manager unchanged (each one given is logged once at start, with why).
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct GoManagerArgs {
+    /// (Go manager; no effect: the chart version ships with the module resources.)
+    #[arg(long, default_value = defaults::CHART_PATH)]
+    pub chart_path: String,
+    /// (Go manager; no effect: the manager does not poll, the Deployment watch brings it back.)
+    #[arg(long, default_value = defaults::READY_CHECK_INTERVAL, value_parser = parse_duration)]
+    pub ready_check_interval: std::time::Duration,
+    /// (Go manager; no effect: the CA-bundle probe is not part of this manager.)
+    #[arg(long, default_value = defaults::PROBE_INTERVAL, value_parser = parse_duration)]
+    pub probe_interval: std::time::Duration,
+    /// (Go manager; no effect: a status is written once per change, retried on transient errors.)
+    #[arg(long, default_value = defaults::STATUS_UPDATE_TIMEOUT, value_parser = parse_duration)]
+    pub status_update_timeout: std::time::Duration,
+    /// (Go manager; no effect: as --status-update-timeout.)
+    #[arg(long, default_value = defaults::STATUS_UPDATE_CHECK_INTERVAL, value_parser = parse_duration)]
+    pub status_update_check_interval: std::time::Duration,
+    /// (Go manager's zap logging; no effect: RUST_LOG sets the level, logs are JSON off a terminal.)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub zap_devel: Option<bool>,
+    /// (zap; no effect, see --zap-devel.)
+    #[arg(long)]
+    pub zap_encoder: Option<String>,
+    /// (zap; no effect, see --zap-devel.)
+    #[arg(long)]
+    pub zap_log_level: Option<String>,
+    /// (zap; no effect, see --zap-devel.)
+    #[arg(long)]
+    pub zap_stacktrace_level: Option<String>,
+    /// (zap; no effect, see --zap-devel.)
+    #[arg(long)]
+    pub zap_time_encoding: Option<String>,
+}
+
+impl GoManagerArgs {
+    /// The flags given with a non-default value, each with why it has no effect here.
+    pub fn ignored(&self) -> Vec<(&'static str, &'static str)> {
+        let defaults = Cli::try_parse_from(["btp-manager", "run"])
+            .ok()
+            .and_then(|c| match c.command {
+                Command::Run(r) => Some(r.go_manager),
+                _ => None,
+            });
+        let Some(d) = defaults else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut note = |given: bool, flag, why| {
+            if given {
+                out.push((flag, why));
+            }
+        };
+        note(
+            self.chart_path != d.chart_path,
+            "--chart-path",
+            "the chart version ships with the module resources",
+        );
+        note(
+            self.ready_check_interval != d.ready_check_interval,
+            "--ready-check-interval",
+            "the manager does not poll; the Deployment watch brings it back",
+        );
+        note(
+            self.probe_interval != d.probe_interval,
+            "--probe-interval",
+            "the CA-bundle probe is not part of this manager",
+        );
+        let status = "a status is written once per change, retried on transient errors";
+        note(
+            self.status_update_timeout != d.status_update_timeout,
+            "--status-update-timeout",
+            status,
+        );
+        note(
+            self.status_update_check_interval != d.status_update_check_interval,
+            "--status-update-check-interval",
+            status,
+        );
+        let zap = "RUST_LOG sets the level; logs are JSON when stderr is not a terminal";
+        note(self.zap_devel.is_some(), "--zap-devel", zap);
+        note(self.zap_encoder.is_some(), "--zap-encoder", zap);
+        note(self.zap_log_level.is_some(), "--zap-log-level", zap);
+        note(self.zap_stacktrace_level.is_some(), "--zap-stacktrace-level", zap);
+        note(self.zap_time_encoding.is_some(), "--zap-time-encoding", zap);
+        out
+    }
 }
 
 /// Flags of the reconciler, shared by `run` and `local`.
@@ -77,10 +171,10 @@ pub struct ReconcilerArgs {
     #[arg(long, default_value = btp_api::names::REQUIRED_SECRET_NAME)]
     pub secret_name: String,
     /// Name of the runtime configuration ConfigMap (in --chart-namespace).
-    #[arg(long, default_value = "sap-btp-manager")]
+    #[arg(long, default_value = defaults::CONFIG_NAME)]
     pub config_name: String,
     /// Name of the operand Deployment.
-    #[arg(long, default_value = "sap-btp-operator-controller-manager")]
+    #[arg(long, default_value = btp_api::names::operand::DEPLOYMENT)]
     pub deployment_name: String,
     /// Directory with the operand manifests (`apply/`, `delete/`, `chart-version`) to use instead of the
     /// copy built into the binary.
@@ -90,25 +184,25 @@ pub struct ReconcilerArgs {
     #[arg(long)]
     pub manager_resources_path: Option<PathBuf>,
     /// How long the operand Deployment may take to become available.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = defaults::READY_TIMEOUT, value_parser = parse_duration)]
     pub ready_timeout: std::time::Duration,
     /// Periodic re-check while Processing.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = defaults::PROCESSING_STATE_REQUEUE_INTERVAL, value_parser = parse_duration)]
     pub processing_state_requeue_interval: std::time::Duration,
     /// Periodic re-check while Ready.
-    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    #[arg(long, default_value = defaults::READY_STATE_REQUEUE_INTERVAL, value_parser = parse_duration)]
     pub ready_state_requeue_interval: std::time::Duration,
     /// How long the hard delete of ServiceInstances/ServiceBindings may take before the soft delete.
-    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    #[arg(long, default_value = defaults::HARD_DELETE_TIMEOUT, value_parser = parse_duration)]
     pub hard_delete_timeout: std::time::Duration,
     /// How often a running hard delete checks what is left (each deletion also wakes it).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = defaults::HARD_DELETE_CHECK_INTERVAL, value_parser = parse_duration)]
     pub hard_delete_check_interval: std::time::Duration,
     /// Budget of the delete requests of one kind in the hard delete.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = defaults::DELETE_REQUEST_TIMEOUT, value_parser = parse_duration)]
     pub delete_request_timeout: std::time::Duration,
     /// `ENABLE_LIMITED_CACHE` for the operand.
-    #[arg(long, default_value = "true")]
+    #[arg(long, default_value = defaults::ENABLE_LIMITED_CACHE)]
     pub enable_limited_cache: String,
     /// The operand image (container `manager` of the operand Deployment). Required for `run`; `local`
     /// defaults to the image of the built-in chart.
@@ -224,6 +318,65 @@ mod tests {
         assert_eq!(args.webhook.webhook_key_algorithm, btp_certs::KeyAlgorithm::EcdsaP256);
         assert_eq!(args.shutdown_drain_delay, std::time::Duration::from_secs(5));
         assert!(Cli::try_parse_from(["btp-manager", "run", "--webhook-key-algorithm", "dsa"]).is_err());
+    }
+
+    #[test]
+    fn the_go_managers_deployment_args_start_this_manager() {
+        // The upstream Deployment's args, and every flag of the Go manager's command line.
+        let cli = Cli::try_parse_from([
+            "btp-manager",
+            "run",
+            "--leader-elect",
+            "--health-probe-bind-address=:8081",
+            "--metrics-bind-address=127.0.0.1:8080",
+            "--chart-namespace=kyma-system",
+            "--secret-name=sap-btp-manager",
+            "--config-name=sap-btp-manager",
+            "--deployment-name=sap-btp-operator-controller-manager",
+            "--chart-path=./module-chart/chart",
+            "--resources-path=./module-resources",
+            "--manager-resources-path=./manager-resources",
+            "--processing-state-requeue-interval=5m",
+            "--ready-state-requeue-interval=15m",
+            "--ready-timeout=5m",
+            "--ready-check-interval=30s",
+            "--hard-delete-timeout=20m",
+            "--hard-delete-check-interval=10s",
+            "--delete-request-timeout=5m",
+            "--enable-limited-cache=true",
+            "--probe-interval=1h",
+            "--status-update-timeout=10s",
+            "--status-update-check-interval=500ms",
+            "--zap-devel=false",
+            "--zap-encoder=json",
+            "--zap-log-level=info",
+            "--zap-stacktrace-level=error",
+            "--zap-time-encoding=iso8601",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else { panic!("run") };
+        assert!(args.leader_elect);
+        assert_eq!(args.health_probe_bind_address, "0.0.0.0:8081".parse().unwrap());
+        let ignored: Vec<&str> = args.go_manager.ignored().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(
+            ignored,
+            [
+                "--zap-devel",
+                "--zap-encoder",
+                "--zap-log-level",
+                "--zap-stacktrace-level",
+                "--zap-time-encoding"
+            ],
+            "flags at their defaults are not worth a log line"
+        );
+        for value in ["true", "false"] {
+            let cli = Cli::try_parse_from(["btp-manager", "run", &format!("--leader-elect={value}")]).unwrap();
+            let Command::Run(args) = cli.command else { panic!("run") };
+            assert_eq!(args.leader_elect, value == "true");
+        }
+        let cli = Cli::try_parse_from(["btp-manager", "run", "--probe-interval=0"]).unwrap();
+        let Command::Run(args) = cli.command else { panic!("run") };
+        assert_eq!(args.go_manager.ignored().len(), 1);
     }
 
     #[test]

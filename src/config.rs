@@ -44,26 +44,64 @@ pub struct Config {
     pub key_algorithm: btp_certs::KeyAlgorithm,
 }
 
+/// Defaults of the flags and runtime ConfigMap keys, written once: clap's `default_value`s and
+/// [`Config::default`] both come from here (Go duration syntax where a duration), and the operand's certificate
+/// defaults from `btp_certs::operand::Settings::default`.
+pub mod defaults {
+    /// `--config-name`, `ConfigName`.
+    pub const CONFIG_NAME: &str = "sap-btp-manager";
+    /// `--processing-state-requeue-interval`.
+    pub const PROCESSING_STATE_REQUEUE_INTERVAL: &str = "5m";
+    /// `--ready-state-requeue-interval`.
+    pub const READY_STATE_REQUEUE_INTERVAL: &str = "15m";
+    /// `--ready-timeout`.
+    pub const READY_TIMEOUT: &str = "5m";
+    /// `--hard-delete-timeout`.
+    pub const HARD_DELETE_TIMEOUT: &str = "20m";
+    /// `--hard-delete-check-interval`.
+    pub const HARD_DELETE_CHECK_INTERVAL: &str = "10s";
+    /// `--delete-request-timeout`.
+    pub const DELETE_REQUEST_TIMEOUT: &str = "5m";
+    /// `--enable-limited-cache`.
+    pub const ENABLE_LIMITED_CACHE: &str = "true";
+    /// Go manager flags accepted without effect: `--chart-path`.
+    pub const CHART_PATH: &str = "./module-chart/chart";
+    /// `--ready-check-interval` (no effect).
+    pub const READY_CHECK_INTERVAL: &str = "30s";
+    /// `--probe-interval` (no effect).
+    pub const PROBE_INTERVAL: &str = "1h";
+    /// `--status-update-timeout` (no effect).
+    pub const STATUS_UPDATE_TIMEOUT: &str = "10s";
+    /// `--status-update-check-interval` (no effect).
+    pub const STATUS_UPDATE_CHECK_INTERVAL: &str = "500ms";
+}
+
+/// A default duration (a unit test proves each parses).
+fn default_duration(go: &str) -> Duration {
+    parse_go_duration(go).unwrap_or_default()
+}
+
 impl Default for Config {
     fn default() -> Self {
+        let certs = btp_certs::operand::Settings::default();
         Self {
             chart_namespace: btp_api::names::KYMA_SYSTEM.into(),
             secret_name: btp_api::names::REQUIRED_SECRET_NAME.into(),
-            config_name: "sap-btp-manager".into(),
-            deployment_name: "sap-btp-operator-controller-manager".into(),
+            config_name: defaults::CONFIG_NAME.into(),
+            deployment_name: btp_api::names::operand::DEPLOYMENT.into(),
             resources_path: PathBuf::new(),
             manager_resources_path: PathBuf::new(),
-            processing_state_requeue_interval: Duration::from_secs(5 * 60),
-            ready_state_requeue_interval: Duration::from_secs(15 * 60),
-            ready_timeout: Duration::from_secs(5 * 60),
-            hard_delete_timeout: Duration::from_secs(20 * 60),
-            hard_delete_check_interval: Duration::from_secs(10),
-            delete_request_timeout: Duration::from_secs(5 * 60),
-            enable_limited_cache: "true".into(),
-            ca_certificate_expiration: Duration::from_secs(87600 * 3600),
-            webhook_certificate_expiration: Duration::from_secs(8760 * 3600),
-            expiration_boundary: Duration::from_secs(168 * 3600),
-            key_algorithm: btp_certs::KeyAlgorithm::EcdsaP256,
+            processing_state_requeue_interval: default_duration(defaults::PROCESSING_STATE_REQUEUE_INTERVAL),
+            ready_state_requeue_interval: default_duration(defaults::READY_STATE_REQUEUE_INTERVAL),
+            ready_timeout: default_duration(defaults::READY_TIMEOUT),
+            hard_delete_timeout: default_duration(defaults::HARD_DELETE_TIMEOUT),
+            hard_delete_check_interval: default_duration(defaults::HARD_DELETE_CHECK_INTERVAL),
+            delete_request_timeout: default_duration(defaults::DELETE_REQUEST_TIMEOUT),
+            enable_limited_cache: defaults::ENABLE_LIMITED_CACHE.into(),
+            ca_certificate_expiration: certs.ca_validity,
+            webhook_certificate_expiration: certs.webhook_validity,
+            expiration_boundary: certs.expiration_boundary,
+            key_algorithm: certs.key,
         }
     }
 }
@@ -99,6 +137,33 @@ pub const INERT_KEYS: [(&str, &str); 5] = [
         "ProbeInterval",
         "not used: the CA-bundle probe is not part of this manager",
     ),
+];
+
+/// Every runtime ConfigMap key this manager knows (docs/configuration.md lists each; a test compares).
+pub const CONFIGMAP_KEYS: [&str; 23] = [
+    "ChartNamespace",
+    "SecretName",
+    "ConfigName",
+    "DeploymentName",
+    "ResourcesPath",
+    "ManagerResourcesPath",
+    "ProcessingStateRequeueInterval",
+    "ReadyStateRequeueInterval",
+    "ReadyTimeout",
+    "HardDeleteTimeout",
+    "HardDeleteCheckInterval",
+    "DeleteRequestTimeout",
+    "EnableLimitedCache",
+    "CaCertificateExpiration",
+    "WebhookCertificateExpiration",
+    "ExpirationBoundary",
+    "KeyAlgorithm",
+    "RsaKeyBits",
+    "ChartPath",
+    "ReadyCheckInterval",
+    "StatusUpdateTimeout",
+    "StatusUpdateCheckInterval",
+    "ProbeInterval",
 ];
 
 /// Keys naming watched objects: they apply when the manager starts (the ConfigMap is read before the
@@ -239,6 +304,45 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_default_parses_and_matches_the_go_manager() {
+        for d in [
+            defaults::PROCESSING_STATE_REQUEUE_INTERVAL,
+            defaults::READY_STATE_REQUEUE_INTERVAL,
+            defaults::READY_TIMEOUT,
+            defaults::HARD_DELETE_TIMEOUT,
+            defaults::HARD_DELETE_CHECK_INTERVAL,
+            defaults::DELETE_REQUEST_TIMEOUT,
+            defaults::READY_CHECK_INTERVAL,
+            defaults::PROBE_INTERVAL,
+            defaults::STATUS_UPDATE_TIMEOUT,
+            defaults::STATUS_UPDATE_CHECK_INTERVAL,
+        ] {
+            assert!(parse_go_duration(d).is_some_and(|d| !d.is_zero()), "{d}");
+        }
+        let c = Config::default();
+        assert_eq!(c.ready_state_requeue_interval, Duration::from_secs(15 * 60));
+        assert_eq!(c.hard_delete_timeout, Duration::from_secs(20 * 60));
+        assert_eq!(c.ca_certificate_expiration, Duration::from_secs(87_600 * 3600));
+        assert_eq!(c.expiration_boundary, Duration::from_secs(168 * 3600));
+    }
+
+    #[test]
+    fn every_listed_key_is_known() {
+        for key in CONFIGMAP_KEYS {
+            let data = BTreeMap::from([(key.to_string(), "x".to_string())]);
+            let problems = Config::default().apply_configmap(&data);
+            assert!(
+                problems.iter().all(|p| !p.reason.contains("unknown key")),
+                "{key}: {problems:?}"
+            );
+        }
+        let unknown = BTreeMap::from([("Nonsense".to_string(), "1".to_string())]);
+        assert!(Config::default().apply_configmap(&unknown)[0]
+            .reason
+            .contains("unknown key"));
+    }
 
     #[test]
     fn go_durations() {

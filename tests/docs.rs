@@ -145,3 +145,117 @@ fn nothing_refers_to_files_outside_the_repository() {
         }
     }
 }
+
+/// The rows of the markdown tables in the section that starts with `heading` (up to the next `## `), as
+/// their cells.
+fn table_rows<'a>(markdown: &'a str, heading: &str) -> Vec<Vec<&'a str>> {
+    let start = markdown
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/configuration.md has a section {heading:?}"));
+    let section = &markdown[start + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect()
+}
+
+/// `--flag` of a first cell such as "`--resources-path DIR`" or "`--webhook-ip IP` (repeatable)".
+fn flag_name(cell: &str) -> String {
+    cell.trim_start_matches('`')
+        .split(['`', ' '])
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn the_configuration_doc_lists_every_flag_and_key_with_its_default() {
+    use clap::CommandFactory as _;
+    let doc = read(&root().join("docs/configuration.md"));
+    let cli = btp_manager::cli::Cli::command();
+    for (command, sections) in [
+        (
+            "run",
+            &["## `run`", "## Reconciler flags", "## Flags of the Go BTP Manager"][..],
+        ),
+        ("local", &["## `local`", "## Reconciler flags"][..]),
+    ] {
+        let sub = cli.find_subcommand(command).expect("subcommand");
+        let code: BTreeSet<String> = sub
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .filter(|f| f != "--help")
+            .collect();
+        let rows: Vec<Vec<&str>> = sections.iter().flat_map(|h| table_rows(&doc, h)).collect();
+        let documented: BTreeSet<String> = rows.iter().map(|r| flag_name(r[0])).collect();
+        assert_eq!(
+            documented, code,
+            "docs/configuration.md and `btp-manager {command}` list different flags"
+        );
+        for arg in sub.get_arguments() {
+            let (Some(long), [default]) = (arg.get_long(), arg.get_default_values()) else {
+                continue;
+            };
+            let default = default.to_string_lossy();
+            if default == "false" {
+                continue;
+            }
+            let flag = format!("--{long}");
+            let row = rows.iter().find(|r| flag_name(r[0]) == flag).expect("documented");
+            let cell = row[row.len() - 2];
+            assert!(
+                cell.contains(&format!("`{default}`")),
+                "{command} {flag}: the code's default is {default:?}, the doc says {cell:?}"
+            );
+        }
+    }
+    let keys: BTreeSet<&str> = table_rows(&doc, "## Runtime ConfigMap keys")
+        .iter()
+        .map(|r| r[0].trim_matches('`'))
+        .collect();
+    let code: BTreeSet<&str> = btp_manager::config::CONFIGMAP_KEYS.into_iter().collect();
+    assert_eq!(
+        keys, code,
+        "docs/configuration.md and config::CONFIGMAP_KEYS list different keys"
+    );
+    for row in table_rows(&doc, "## Runtime ConfigMap keys") {
+        let key = row[0].trim_matches('`');
+        let applies = if btp_manager::config::RESTART_KEYS.contains(&key) {
+            "at start"
+        } else if btp_manager::config::INERT_KEYS.iter().any(|(k, _)| *k == key) {
+            "not used"
+        } else {
+            "at runtime"
+        };
+        assert_eq!(row[2], applies, "{key}: when it applies");
+    }
+    let defaults = btp_manager::config::Config::default();
+    let duration_keys = [
+        (
+            "ProcessingStateRequeueInterval",
+            defaults.processing_state_requeue_interval,
+        ),
+        ("ReadyStateRequeueInterval", defaults.ready_state_requeue_interval),
+        ("ReadyTimeout", defaults.ready_timeout),
+        ("HardDeleteTimeout", defaults.hard_delete_timeout),
+        ("HardDeleteCheckInterval", defaults.hard_delete_check_interval),
+        ("DeleteRequestTimeout", defaults.delete_request_timeout),
+        ("CaCertificateExpiration", defaults.ca_certificate_expiration),
+        ("WebhookCertificateExpiration", defaults.webhook_certificate_expiration),
+        ("ExpirationBoundary", defaults.expiration_boundary),
+    ];
+    for (key, value) in duration_keys {
+        let row = table_rows(&doc, "## Runtime ConfigMap keys")
+            .into_iter()
+            .find(|r| r[0].trim_matches('`') == key)
+            .expect("documented");
+        let documented = row[1].split('`').nth(1).unwrap_or_default();
+        assert_eq!(
+            btp_manager::config::parse_go_duration(documented),
+            Some(value),
+            "{key}: the doc's default {documented:?}"
+        );
+    }
+}

@@ -92,6 +92,28 @@ pub const SERVICE_INSTANCES: &str = "serviceinstances";
 /// Plural of ServiceBinding.
 pub const SERVICE_BINDINGS: &str = "servicebindings";
 
+/// The operand's objects (the SAP BTP service operator) that the manager names, in one place.
+pub mod operand {
+    /// The operand Deployment (the default of `--deployment-name`).
+    pub const DEPLOYMENT: &str = "sap-btp-operator-controller-manager";
+    /// The operand's ConfigMap (`CLUSTER_ID`, namespaces, `ENABLE_LIMITED_CACHE`).
+    pub const CONFIGMAP: &str = "sap-btp-operator-config";
+    /// The operand's credentials Secret (in the credentials namespace).
+    pub const SECRET: &str = "sap-btp-service-operator";
+    /// The Secret the operand creates to remember its cluster ID.
+    pub const CLUSTER_ID_SECRET: &str = "sap-btp-operator-clusterid";
+    /// Secret holding the CA of the operand's webhooks.
+    pub const CA_SECRET: &str = "ca-server-cert";
+    /// Secret holding the operand's webhook serving certificate.
+    pub const WEBHOOK_SECRET: &str = "webhook-server-cert";
+    /// The operand's webhook Service; the serving certificate's DNS names derive from it.
+    pub const WEBHOOK_SERVICE: &str = "sap-btp-operator-webhook-service";
+    /// The operand's MutatingWebhookConfiguration.
+    pub const MUTATING_WEBHOOK_CONFIGURATION: &str = "sap-btp-operator-mutating-webhook-configuration";
+    /// The operand's ValidatingWebhookConfiguration.
+    pub const VALIDATING_WEBHOOK_CONFIGURATION: &str = "sap-btp-operator-validating-webhook-configuration";
+}
+
 /// The manager's own admission webhook configurations and Service (deploy/).
 pub mod webhook {
     /// Name of the manager's ValidatingWebhookConfiguration.

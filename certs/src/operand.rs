@@ -24,16 +24,9 @@ use crate::{
     CertPair, KeyAlgorithm, LeafSpec,
 };
 
-/// Secret holding the CA.
-pub const CA_SECRET: &str = "ca-server-cert";
-/// Secret holding the webhook serving certificate.
-pub const WEBHOOK_SECRET: &str = "webhook-server-cert";
-/// The operand's webhook Service; the serving certificate's DNS names are derived from it.
-pub const WEBHOOK_SERVICE: &str = "sap-btp-operator-webhook-service";
-/// Mutating webhook configuration whose `caBundle`s carry the CA.
-pub const MUTATING_WEBHOOK_CONFIGURATION: &str = "sap-btp-operator-mutating-webhook-configuration";
-/// Validating webhook configuration whose `caBundle`s carry the CA.
-pub const VALIDATING_WEBHOOK_CONFIGURATION: &str = "sap-btp-operator-validating-webhook-configuration";
+pub use btp_api::names::operand::{
+    CA_SECRET, MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION, WEBHOOK_SECRET, WEBHOOK_SERVICE,
+};
 /// Both webhook configurations; every `webhooks[].clientConfig.caBundle` of each gets [`ca_bundle`].
 pub const WEBHOOK_CONFIGURATIONS: [&str; 2] = [MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION];
 /// The operand's default namespace (the Go manager's ChartNamespace default).

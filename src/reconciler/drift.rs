@@ -42,8 +42,7 @@ use btp_api::Reason;
 
 pub use super::resources::{OPERAND_CONFIGMAP, OPERAND_SECRET};
 
-/// The Secret the operand creates in its credentials namespace to remember its cluster ID.
-pub const CLUSTER_ID_SECRET: &str = "sap-btp-operator-clusterid";
+pub use btp_api::names::operand::CLUSTER_ID_SECRET;
 /// Key of [`CLUSTER_ID_SECRET`] holding the cluster ID the operand started with.
 pub const INITIAL_CLUSTER_ID_KEY: &str = "INITIAL_CLUSTER_ID";
 /// Key of the operand ConfigMap ([`OPERAND_CONFIGMAP`]) holding the cluster ID.

@@ -7,10 +7,7 @@ use btp_api::names;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 
-/// Name of the operand ConfigMap.
-pub const OPERAND_CONFIGMAP: &str = "sap-btp-operator-config";
-/// Name of the operand credentials Secret.
-pub const OPERAND_SECRET: &str = "sap-btp-service-operator";
+pub use btp_api::names::operand::{CONFIGMAP as OPERAND_CONFIGMAP, SECRET as OPERAND_SECRET};
 /// Container that gets the operand image.
 pub const MANAGER_CONTAINER: &str = "manager";
 /// Optional sidecar that gets the `KUBE_RBAC_PROXY` image.

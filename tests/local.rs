@@ -386,3 +386,33 @@ fn kubectl_against_local_sees_ready_and_a_refused_apply() {
     drop(running);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn kubectl_delete_returns_once_the_manager_has_deprovisioned() {
+    let mut local = Local::start("delete", &[]);
+    local.wait_for_line("Ready / ReconcileSucceeded");
+    // kubectl waits until the object is gone, and gives up (non-zero) after --timeout.
+    let delete = local.kubectl(&[
+        "delete",
+        "btpoperator",
+        "btpoperator",
+        "-n",
+        "kyma-system",
+        "--timeout=10s",
+    ]);
+    assert!(
+        delete.status.success(),
+        "kubectl delete did not finish within 10 s: {}{}",
+        String::from_utf8_lossy(&delete.stdout),
+        String::from_utf8_lossy(&delete.stderr)
+    );
+    let get = local.kubectl(&["get", "btpoperators", "-A", "-o", "name"]);
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "", "no BtpOperator left");
+    let deploy = local.kubectl(&["get", "deployments", "-n", "kyma-system", "-o", "name"]);
+    assert!(deploy.status.success(), "{}", String::from_utf8_lossy(&deploy.stderr));
+    assert!(
+        !String::from_utf8_lossy(&deploy.stdout).contains("sap-btp-operator-controller-manager"),
+        "the operand Deployment is removed: {}",
+        String::from_utf8_lossy(&deploy.stdout)
+    );
+}

@@ -344,6 +344,27 @@ fn target_url(wh: &Value) -> String {
     format!("https://{}.{}.svc:{port}{}", g("name"), g("namespace"), g("path"))
 }
 
+/// HTTP/2 connections to webhooks by (address, server name, caBundle).
+pub(crate) type WebhookConnections = std::sync::Mutex<
+    std::collections::HashMap<(SocketAddr, String, Vec<u8>), hyper::client::conn::http2::SendRequest<Full<Bytes>>>,
+>;
+
+/// A pooled HTTP/2 connection for `key`, if one is open.
+fn pooled(
+    st: &State,
+    key: &(SocketAddr, String, Vec<u8>),
+) -> Option<hyper::client::conn::http2::SendRequest<Full<Bytes>>> {
+    let mut pool = st.webhook_connections.lock().ok()?;
+    match pool.get(key) {
+        Some(sender) if !sender.is_closed() => Some(sender.clone()),
+        Some(_) => {
+            pool.remove(key);
+            None
+        }
+        None => None,
+    }
+}
+
 async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
     let cc = wh.get("clientConfig").cloned().unwrap_or(json!({}));
     let url = target_url(wh);
@@ -394,6 +415,24 @@ async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
     let pem = base64::engine::general_purpose::STANDARD
         .decode(ca.trim())
         .map_err(|e| fail(format!("invalid caBundle encoding: {e}")))?;
+    let body = serde_json::to_vec(review).map_err(|e| fail(e.to_string()))?;
+    let key = (addr, host.clone(), pem.clone());
+    if let Some(mut sender) = pooled(st, &key) {
+        let req = axum::http::Request::builder()
+            .method("POST")
+            .uri(format!("https://{host}:{}{path}", addr.port()))
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .body(Full::new(Bytes::from(body.clone())))
+            .map_err(|e| fail(e.to_string()))?;
+        // A connection that broke since is dropped; the request then goes over a new one below.
+        if let Ok(resp) = sender.send_request(req).await {
+            return finish(read(resp).await.map_err(fail)?, &fail);
+        }
+        if let Ok(mut pool) = st.webhook_connections.lock() {
+            pool.remove(&key);
+        }
+    }
     let tls_cfg = crate::tls::client_config_from_pem(&pem).map_err(fail)?;
     let server_name =
         ServerName::try_from(host.clone()).map_err(|e| fail(format!("invalid server name {host:?}: {e}")))?;
@@ -405,7 +444,6 @@ async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
         .await
         .map_err(|e| fail(format!("tls: {e}")))?;
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let body = serde_json::to_vec(review).map_err(|e| fail(e.to_string()))?;
     let req = axum::http::Request::builder()
         .method("POST")
         .uri(if h2 {
@@ -422,14 +460,15 @@ async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
         let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
             .await
             .map_err(|e| fail(e.to_string()))?;
-        let conn_task = tokio::spawn(conn);
-        let r = sender.send_request(req).await;
-        let out = match r {
+        // The connection lives on in the pool until the webhook server closes it.
+        tokio::spawn(conn);
+        if let Ok(mut pool) = st.webhook_connections.lock() {
+            pool.insert(key, sender.clone());
+        }
+        match sender.send_request(req).await {
             Ok(resp) => read(resp).await,
             Err(e) => Err(e.to_string()),
-        };
-        conn_task.abort();
-        out
+        }
     } else {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
@@ -444,7 +483,11 @@ async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
         out
     }
     .map_err(fail)?;
-    let (code, bytes) = resp;
+    finish(resp, &fail)
+}
+
+/// The review in a webhook's answer.
+fn finish((code, bytes): (u16, Bytes), fail: &dyn Fn(String) -> String) -> Result<Value, String> {
     if !(200..300).contains(&code) {
         return Err(fail(format!(
             "webhook returned HTTP {code}: {}",

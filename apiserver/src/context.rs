@@ -31,6 +31,9 @@ pub(crate) struct State {
     pub addr: SocketAddr,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     pub active_watches: std::sync::atomic::AtomicUsize,
+    /// Open HTTP/2 connections to webhooks, reused as a real API server does (keyed by address, server name
+    /// and caBundle, so a new CA or a restarted webhook server gets a new connection).
+    pub webhook_connections: crate::admission::WebhookConnections,
 }
 
 /// A resolved resource request.

@@ -38,6 +38,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         addr,
         shutdown: sd_rx.clone(),
         active_watches: std::sync::atomic::AtomicUsize::new(0),
+        webhook_connections: Default::default(),
     });
     for ns in ["default", "kube-system", "kube-public"] {
         crate::handlers::bootstrap_namespace(&state, ns);

@@ -233,3 +233,27 @@ fn keep_is_reached_by_the_generated_cases() {
     let keeps = KEEPS.load(std::sync::atomic::Ordering::Relaxed);
     assert!(keeps > 0, "no case decided Keep: the Keep property was never checked");
 }
+
+/// Found by the property above: a CA whose SubjectPublicKeyInfo names another curve (one byte of the
+/// curve OID changed) still carries the right key bits, so the key seemed to match; a webhook-only
+/// decision then failed on every regeneration. Now the whole SPKI must match: full regeneration.
+#[test]
+fn a_ca_with_damaged_key_parameters_is_regenerated_in_full() {
+    let now = base();
+    let the_ca = ca(-3600, 10 * YEAR);
+    let block = pem::parse(the_ca.cert_pem.as_bytes()).unwrap();
+    let mut der = block.contents().to_vec();
+    let p256 = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+    let at = der
+        .windows(p256.len())
+        .position(|w| w == p256)
+        .expect("P-256 OID in the CA");
+    der[at + p256.len() - 1] ^= 0x05;
+    let damaged_ca = pem::encode(&pem::Pem::new("CERTIFICATE", der));
+    let ca_data = std::collections::BTreeMap::from([
+        (keys::CA_CRT.to_string(), damaged_ca.into_bytes()),
+        (keys::CA_KEY.to_string(), the_ca.key_pem.into_bytes()),
+    ]);
+    let decision = operand::decide(Some(&ca_data), None, now, &Settings::default());
+    assert_eq!(decision, Decision::Full(operand::Reason::CaKeyUnusable));
+}

@@ -171,10 +171,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
     tracing::info!(address = %args.webhook_bind_address, "webhook server listening");
     ready.set(true);
-    btp_webhooks::server::serve(
+    btp_webhooks::server::serve_with(
         listener,
         server_config(cert)?,
         btp_webhooks::router(state),
+        args.webhook.limits(),
+        Arc::default(),
         stopped(stop_rx),
     )
     .await

@@ -164,8 +164,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         secret_namespace: args.reconciler.chart_namespace.clone(),
         secret_name: args.reconciler.secret_name.clone(),
     };
-    let state =
-        WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone()))).with_metrics(webhook_metrics);
+    let state = WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone())))
+        .with_metrics(webhook_metrics)
+        .with_body_timeout(args.webhook.webhook_body_timeout);
     let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
         .await
         .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;

@@ -170,6 +170,9 @@ pub struct WebhookArgs {
     /// connections).
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     pub webhook_header_read_timeout: std::time::Duration,
+    /// Answer 408 to an admission request whose body has not fully arrived this long after its headers.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub webhook_body_timeout: std::time::Duration,
     /// Close a webhook connection on which no byte moved in either direction for this long.
     #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
     pub webhook_idle_timeout: std::time::Duration,
@@ -253,6 +256,10 @@ mod tests {
         );
         assert_eq!(args.webhook.webhook_key_algorithm, btp_certs::KeyAlgorithm::EcdsaP256);
         assert_eq!(args.webhook.limits(), btp_webhooks::server::Limits::default());
+        assert_eq!(
+            args.webhook.webhook_body_timeout,
+            btp_webhooks::handlers::DEFAULT_BODY_TIMEOUT
+        );
         assert!(Cli::try_parse_from(["btp-manager", "run", "--webhook-key-algorithm", "dsa"]).is_err());
     }
 

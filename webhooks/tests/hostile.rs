@@ -1,5 +1,6 @@
 //! Hostile clients of the webhook server (issue 12, part 4): old TLS and plain HTTP, a 100 MiB body,
-//! 1,000 idle connections, the connection cap, slowloris, a client that never reads, malformed HTTP/2.
+//! 1,000 idle connections, the connection cap, slowloris (head and body), a client that never reads,
+//! malformed HTTP/2.
 //!
 //! Each attack runs while good clients keep sending admission requests; the tests assert functional
 //! properties with generous deadlines (good requests keep succeeding, the attacker is cut off within its
@@ -267,6 +268,34 @@ async fn a_slowloris_client_is_cut_off_by_the_header_read_timeout() {
     assert!(
         lasted < limits.header_read_timeout + Duration::from_secs(10),
         "cut off after {lasted:?}"
+    );
+    load.finish().await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_trickling_its_body_gets_408_after_the_body_timeout() {
+    let body_timeout = Duration::from_secs(1);
+    let server = TestServer::start_with_limits(
+        TestServer::default_state().with_body_timeout(body_timeout),
+        test_limits(),
+    )
+    .await;
+    let load = Load::start(&server).await;
+    // 4 KiB at one byte per 50 ms would take over three minutes.
+    let (status, after) = slow_body(
+        server.addr,
+        server.ca.cert_pem.as_bytes(),
+        4096,
+        Duration::from_millis(50),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("no answer to a trickled body within 30 s");
+    assert_eq!(status, 408);
+    assert!(
+        after < body_timeout + Duration::from_secs(10),
+        "answered after {after:?}"
     );
     load.finish().await;
     server.shutdown().await;

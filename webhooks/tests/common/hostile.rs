@@ -169,6 +169,44 @@ pub async fn slowloris(addr: SocketAddr, ca_pem: &[u8], interval: Duration, give
     None
 }
 
+/// A complete HTTP/1.1 head declaring a `len`-byte body, then the body one byte every `interval`.
+/// Returns the response status and when it arrived, or `None` if none came within `give_up`.
+pub async fn slow_body(
+    addr: SocketAddr,
+    ca_pem: &[u8],
+    len: usize,
+    interval: Duration,
+    give_up: Duration,
+) -> Option<(u16, Duration)> {
+    let mut stream = tls_stream(addr, ca_pem, b"http/1.1").await;
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.ok()?;
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    for _ in 0..len {
+        if started.elapsed() > give_up {
+            return None;
+        }
+        let _ = stream.write_all(b" ").await;
+        let _ = stream.flush().await;
+        match tokio::time::timeout(interval, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => {
+                reply.extend_from_slice(&buf[..n]);
+                if reply.len() >= 12 {
+                    break;
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    let status = std::str::from_utf8(reply.get(9..12)?).ok()?.parse().ok()?;
+    Some((status, started.elapsed()))
+}
+
 /// The outcome of sending a large body.
 #[derive(Debug)]
 pub struct BigBody {

@@ -210,16 +210,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         secret_namespace: effective.chart_namespace,
         secret_name: effective.secret_name,
     };
-    let state =
-        WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone()))).with_metrics(webhook_metrics);
+    let state = WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone())))
+        .with_metrics(webhook_metrics)
+        .with_body_timeout(args.webhook.webhook_body_timeout);
     let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
         .await
         .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
     tracing::info!(address = %args.webhook_bind_address, "webhook server listening");
-    let webhooks = tokio::spawn(btp_webhooks::server::serve(
+    let webhooks = tokio::spawn(btp_webhooks::server::serve_with(
         listener,
         server_config(cert)?,
         btp_webhooks::router(state),
+        args.webhook.limits(),
+        Arc::default(),
         stopped(stop_rx),
     ));
     if !*term_rx.borrow() {

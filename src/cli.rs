@@ -265,6 +265,47 @@ pub struct WebhookArgs {
     /// Key algorithm of the webhook certificates: ecdsa-p256, rsa-2048, rsa-3072 or rsa-4096.
     #[arg(long, default_value = "ecdsa-p256")]
     pub webhook_key_algorithm: btp_certs::KeyAlgorithm,
+    /// How long a webhook client may take for the TLS handshake.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub webhook_handshake_timeout: std::time::Duration,
+    /// How long a webhook client may take to send HTTP/1.1 request headers (also ends idle keep-alive
+    /// connections).
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub webhook_header_read_timeout: std::time::Duration,
+    /// Answer 408 to an admission request whose body has not fully arrived this long after its headers.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub webhook_body_timeout: std::time::Duration,
+    /// Close a webhook connection on which no byte moved in either direction for this long.
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
+    pub webhook_idle_timeout: std::time::Duration,
+    /// Open webhook connections at most; a connection beyond it is closed at once.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub webhook_max_connections: u32,
+    /// HTTP/2 concurrent streams per webhook connection at most.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub webhook_max_concurrent_streams: u32,
+}
+
+impl WebhookArgs {
+    /// The webhook server's limits from these flags (the rest at their defaults).
+    pub fn limits(&self) -> btp_webhooks::server::Limits {
+        btp_webhooks::server::Limits {
+            handshake_timeout: self.webhook_handshake_timeout,
+            header_read_timeout: self.webhook_header_read_timeout,
+            idle_timeout: self.webhook_idle_timeout,
+            max_connections: self.webhook_max_connections as usize,
+            h2_max_concurrent_streams: self.webhook_max_concurrent_streams,
+            ..btp_webhooks::server::Limits::default()
+        }
+    }
+}
+
+/// A Go duration greater than zero.
+fn parse_positive_duration(value: &str) -> Result<std::time::Duration, String> {
+    match parse_duration(value)? {
+        d if d.is_zero() => Err(format!("{value:?} must be greater than zero")),
+        d => Ok(d),
+    }
 }
 
 /// A Go duration such as `30s`, `5m`, `1h`.
@@ -317,6 +358,11 @@ mod tests {
         );
         assert_eq!(args.webhook.webhook_key_algorithm, btp_certs::KeyAlgorithm::EcdsaP256);
         assert_eq!(args.shutdown_drain_delay, std::time::Duration::from_secs(5));
+        assert_eq!(args.webhook.limits(), btp_webhooks::server::Limits::default());
+        assert_eq!(
+            args.webhook.webhook_body_timeout,
+            btp_webhooks::handlers::DEFAULT_BODY_TIMEOUT
+        );
         assert!(Cli::try_parse_from(["btp-manager", "run", "--webhook-key-algorithm", "dsa"]).is_err());
     }
 

@@ -383,3 +383,160 @@ mod tests {
         assert_eq!(keys, ["Nonsense", "ProcessingStateRequeueInterval", "RsaKeyBits"]);
     }
 }
+
+/// Property tests (issue 12, part 2): the runtime ConfigMap parser never panics, a value that fails keeps
+/// the previous one and its problem names the key, and generated Go durations round-trip.
+/// `PROPTEST_CASES` sets the number of cases (default here: 256).
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256);
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    const DURATION_KEYS: [&str; 8] = [
+        "ProcessingStateRequeueInterval",
+        "ReadyStateRequeueInterval",
+        "ReadyTimeout",
+        "HardDeleteTimeout",
+        "HardDeleteCheckInterval",
+        "DeleteRequestTimeout",
+        "CaCertificateExpiration",
+        "WebhookCertificateExpiration",
+    ];
+    const OTHER_KEYS: [&str; 15] = [
+        "ExpirationBoundary",
+        "RsaKeyBits",
+        "KeyAlgorithm",
+        "ChartNamespace",
+        "SecretName",
+        "ConfigName",
+        "DeploymentName",
+        "ResourcesPath",
+        "ManagerResourcesPath",
+        "EnableLimitedCache",
+        "ChartPath",
+        "ReadyCheckInterval",
+        "StatusUpdateTimeout",
+        "StatusUpdateCheckInterval",
+        "ProbeInterval",
+    ];
+
+    fn duration_field(c: &Config, key: &str) -> Duration {
+        match key {
+            "ProcessingStateRequeueInterval" => c.processing_state_requeue_interval,
+            "ReadyStateRequeueInterval" => c.ready_state_requeue_interval,
+            "ReadyTimeout" => c.ready_timeout,
+            "HardDeleteTimeout" => c.hard_delete_timeout,
+            "HardDeleteCheckInterval" => c.hard_delete_check_interval,
+            "DeleteRequestTimeout" => c.delete_request_timeout,
+            "CaCertificateExpiration" => c.ca_certificate_expiration,
+            "WebhookCertificateExpiration" => c.webhook_certificate_expiration,
+            "ExpirationBoundary" => c.expiration_boundary,
+            other => unreachable!("{other}"),
+        }
+    }
+
+    fn arb_key() -> impl Strategy<Value = String> {
+        let known: Vec<String> = DURATION_KEYS
+            .iter()
+            .chain(OTHER_KEYS.iter())
+            .map(|k| k.to_string())
+            .collect();
+        prop_oneof![4 => prop::sample::select(known), 1 => ".{0,12}"]
+    }
+
+    fn arb_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,16}",
+            "[ \t]{0,2}-?[0-9]{0,25}(\\.[0-9]{0,3})?(ns|us|µs|ms|s|m|h|d|x)?([0-9]{1,3}(ns|us|µs|ms|s|m|h))?[ \t\n]{0,2}",
+            "(2048|3072|4096|1024|0|-1|99999999999)",
+            "(ecdsa-p256|rsa-2048|rsa-3072|rsa-4096|dsa|RSA-2048)",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn apply_configmap_never_panics_and_failures_keep_the_previous_value(
+            data in prop::collection::btree_map(arb_key(), arb_value(), 0..10),
+        ) {
+            let before = Config::default();
+            let mut after = before.clone();
+            let problems = after.apply_configmap(&data);
+            let problem = |key: &str| problems.iter().find(|p| p.key == key);
+            for p in &problems {
+                prop_assert!(data.contains_key(&p.key), "problem for a key not in the data: {p:?}");
+                prop_assert!(!p.reason.is_empty());
+            }
+            for (key, value) in &data {
+                let value = value.trim();
+                if DURATION_KEYS.contains(&key.as_str()) || key == "ExpirationBoundary" {
+                    let text = if key == "ExpirationBoundary" { value.trim_start_matches('-') } else { value };
+                    match parse_go_duration(text) {
+                        Some(d) => {
+                            prop_assert_eq!(duration_field(&after, key), d);
+                            prop_assert!(problem(key).is_none());
+                        }
+                        None => {
+                            prop_assert_eq!(duration_field(&after, key), duration_field(&before, key), "{} changed", key);
+                            prop_assert!(problem(key).is_some(), "no problem names {}", key);
+                        }
+                    }
+                } else if !OTHER_KEYS.contains(&key.as_str()) {
+                    prop_assert!(problem(key).is_some(), "unknown key {:?} not reported", key);
+                }
+            }
+            // The key algorithm changes only through a key that was accepted.
+            let algorithm_keys: Vec<&String> = data.keys().filter(|k| *k == "RsaKeyBits" || *k == "KeyAlgorithm").collect();
+            if algorithm_keys.iter().all(|k| problem(k).is_some()) {
+                prop_assert_eq!(after.key_algorithm, before.key_algorithm);
+            }
+        }
+
+        #[test]
+        fn go_durations_round_trip(
+            hours in prop::option::of(0u64..200_000),
+            minutes in prop::option::of(0u64..600),
+            seconds in prop::option::of(0u64..6000),
+            millis in prop::option::of(0u64..100_000),
+        ) {
+            let mut text = String::new();
+            let mut expected = Duration::ZERO;
+            for (n, unit, scale) in [(hours, "h", 3_600_000_u64), (minutes, "m", 60_000), (seconds, "s", 1000), (millis, "ms", 1)] {
+                if let Some(n) = n {
+                    text.push_str(&format!("{n}{unit}"));
+                    expected += Duration::from_millis(n * scale);
+                }
+            }
+            prop_assume!(!text.is_empty());
+            let parsed = parse_go_duration(&text).expect("a valid Go duration parses");
+            if millis.is_none() {
+                prop_assert_eq!(parsed, expected, "{}", text);
+            } else {
+                // Sub-second units go through f64: exact to well under a microsecond.
+                let error = parsed.abs_diff(expected);
+                prop_assert!(error < Duration::from_micros(1), "{text}: {parsed:?} vs {expected:?}");
+            }
+            // Surrounding whitespace is ignored, a sign is refused.
+            prop_assert_eq!(parse_go_duration(&format!(" {text}\n")), Some(parsed));
+            prop_assert_eq!(parse_go_duration(&format!("-{text}")), None);
+        }
+
+        #[test]
+        fn parse_go_duration_never_panics(text in ".{0,32}") {
+            let _ = parse_go_duration(&text);
+        }
+    }
+}

@@ -89,12 +89,17 @@ pub fn check_key_pem(key_pem: &[u8]) -> Result<(), CertError> {
 }
 
 /// Checks that `key_pem` is a usable signing key whose public key is the one in the first
-/// certificate of `cert_pem` ([`CertError::KeyMismatch`] otherwise).
+/// certificate of `cert_pem`, algorithm and parameters included ([`CertError::KeyMismatch`] otherwise).
 pub fn check_key_matches_cert(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), CertError> {
     let der = first_cert_der(cert_pem)?;
     let cert = parse_der(&der)?;
     let key = keys::load_signing_key(key_pem)?;
     if key.public_key_raw() != cert.public_key().subject_public_key.data.as_ref() {
+        return Err(CertError::KeyMismatch);
+    }
+    // The whole SubjectPublicKeyInfo, not only the key bits: a certificate whose key algorithm or curve
+    // parameters are damaged carries the right bits, but nothing it signs can be verified against it.
+    if rcgen::PublicKeyData::subject_public_key_info(&key) != cert.public_key().raw {
         return Err(CertError::KeyMismatch);
     }
     Ok(())

@@ -248,3 +248,87 @@ mod tests {
         assert!(!c.operand_secret_data().contains_key("credentials_namespace"));
     }
 }
+
+/// Property tests (issue 12, part 2): [`validate`] never panics and its messages never contain a value.
+/// `PROPTEST_CASES` sets the number of cases (default here: 256).
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256);
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    fn arb_key() -> impl Strategy<Value = String> {
+        let known: Vec<String> = names::REQUIRED_SECRET_KEYS
+            .iter()
+            .chain(&[names::CREDENTIALS_NAMESPACE_KEY, "extra"])
+            .map(|k| k.to_string())
+            .collect();
+        prop_oneof![4 => prop::sample::select(known), 1 => "[a-z_]{1,10}"]
+    }
+
+    /// A value holding `canary`, or one without content.
+    fn arb_value(canary: String) -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            1 => Just(Vec::new()),
+            1 => "[ \t\r\n]{1,4}".prop_map(String::into_bytes),
+            4 => ("[ \t\n]{0,2}", ".{0,6}", ".{0,6}", "[ \t\n]{0,2}")
+                .prop_map(move |(a, b, c, d)| format!("{a}{b}{canary}{c}{d}").into_bytes()),
+            1 => prop::collection::vec(any::<u8>(), 0..12).prop_map(|mut v| { v.extend_from_slice(b"CANARYbytes!"); v }),
+        ]
+    }
+
+    fn arb_data() -> impl Strategy<Value = BTreeMap<String, Vec<u8>>> {
+        "[A-Za-z0-9]{8}"
+            .prop_flat_map(|s| prop::collection::btree_map(arb_key(), arb_value(format!("CANARY{s}")), 0..9))
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn validate_never_panics_and_never_shows_a_value(
+            data in arb_data(),
+            observed in 0u8..3,
+            secret_name in "[a-z-]{1,12}",
+            namespace in "[a-z-]{1,12}",
+        ) {
+            let observed = match observed {
+                0 => Observed::Absent,
+                1 => Observed::Unlabelled,
+                _ => Observed::Present(&data),
+            };
+            let present = matches!(observed, Observed::Present(_));
+            match validate(observed, &secret_name, &namespace) {
+                Err(SecretProblem::Missing { message }) | Err(SecretProblem::Invalid { message }) => {
+                    prop_assert!(!message.contains("CANARY"), "a value in {message:?}");
+                    if present {
+                        // Some required key is missing or blank.
+                        prop_assert!(names::REQUIRED_SECRET_KEYS.iter().any(|k| message.contains(k)));
+                    }
+                }
+                Ok(credentials) => {
+                    prop_assert!(present);
+                    for key in names::REQUIRED_SECRET_KEYS {
+                        let value = &data[key];
+                        prop_assert!(!String::from_utf8_lossy(value).trim().is_empty(), "{key} blank but accepted");
+                    }
+                    // The namespace is shown (it is not a credential); nothing else of the Secret is.
+                    let shown = format!("{credentials:?}").replace(&credentials.credentials_namespace, "");
+                    prop_assert!(!shown.contains("CANARY"), "{shown}");
+                    prop_assert!(!credentials.credentials_namespace.is_empty());
+                }
+            }
+        }
+    }
+}

@@ -376,4 +376,6 @@ pub fn identity(obj: &Value) -> (String, String, Option<String>, String) {
 }
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;

@@ -11,6 +11,16 @@
 //!
 //! Run: `cargo bench -p btp-webhooks --bench webhook`. HTTP/2 by default; `BTP_BENCH_PROTO=http1` for
 //! HTTP/1.1.
+//!
+//! `BTP_BENCH_MODE=hostile`: instead, the latency of good requests (allowed reviews, open loop at
+//! `BTP_BENCH_RATE` over 8 connections, `BTP_BENCH_SECS` per case) while each hostile client of
+//! `tests/common/hostile.rs` attacks the same server (default limits), printing p50/p99/max per attack
+//! and the process's resident memory before and during it (server and clients share the process).
+//! Each attack runs on a runtime of its own; the measurement starts once it is established.
+//! The target is p99 under 5 ms for every attack.
+
+#[path = "../tests/common/hostile.rs"]
+mod hostile;
 
 use axum::routing::post;
 use btp_certs::{generate_ca, generate_leaf, CaSpec, KeyAlgorithm, LeafSpec};
@@ -220,6 +230,204 @@ async fn at_rate(
     (achieved, all, worst_lag)
 }
 
+/// Resident memory of this process (server and clients), from /proc; 0 where unavailable.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// One attack: started before the measurement (which begins once it set `ready`), stopped after it.
+type Attack = fn(std::net::SocketAddr, String, Flags) -> tokio::task::JoinHandle<()>;
+
+/// `stop` ends an attack; the attack sets `ready` once it is established (connections open, pipelines full).
+#[derive(Clone, Default)]
+struct Flags {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Flags {
+    fn stopped(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn set_ready(&self) {
+        self.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn attacks() -> Vec<(&'static str, Option<Attack>)> {
+    vec![
+        ("none (baseline)", None),
+        (
+            "1,000 idle TCP connections",
+            Some(|addr, _, stop| {
+                tokio::spawn(async move {
+                    let held = hostile::idle_tcp(addr, 1000).await;
+                    stop.set_ready();
+                    while !stop.stopped() {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    drop(held);
+                })
+            }),
+        ),
+        (
+            "100 MiB bodies, one after another",
+            Some(|addr, ca, stop| {
+                tokio::spawn(async move {
+                    let mut declare = true;
+                    stop.set_ready();
+                    while !stop.stopped() {
+                        let r = hostile::big_body(addr, ca.as_bytes(), 100 * 1024 * 1024, declare).await;
+                        assert_eq!(r.status, Some(413));
+                        declare = !declare;
+                    }
+                })
+            }),
+        ),
+        (
+            "100 slowloris clients (1 byte/50 ms)",
+            Some(|addr, ca, stop| {
+                tokio::spawn(async move {
+                    let mut set = tokio::task::JoinSet::new();
+                    for _ in 0..100 {
+                        let ca = ca.clone();
+                        set.spawn(async move {
+                            hostile::slowloris(addr, ca.as_bytes(), Duration::from_millis(50), Duration::from_secs(60))
+                                .await
+                        });
+                    }
+                    // Established once every client is past its TLS handshake and trickling.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    stop.set_ready();
+                    while !stop.stopped() {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    set.abort_all();
+                })
+            }),
+        ),
+        (
+            "4 clients that pipeline and never read",
+            Some(|addr, ca, stop| {
+                tokio::spawn(async move {
+                    let mut held = Vec::new();
+                    for _ in 0..4 {
+                        held.push(
+                            hostile::never_reads(addr, ca.as_bytes(), "{}", 200_000, Duration::from_millis(500)).await,
+                        );
+                    }
+                    stop.set_ready();
+                    while !stop.stopped() {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    drop(held);
+                })
+            }),
+        ),
+        (
+            "malformed HTTP/2 (bad SETTINGS, 1 MiB header block), repeated",
+            Some(|addr, ca, stop| {
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt as _;
+                    stop.set_ready();
+                    while !stop.stopped() {
+                        for attack in [hostile::h2_bad_settings(), hostile::h2_huge_header_block(1024 * 1024)] {
+                            let mut s = hostile::tls_stream(addr, ca.as_bytes(), b"h2").await;
+                            let _ = s.write_all(hostile::H2_PREFACE).await;
+                            let _ = s.write_all(&attack).await;
+                            let r = hostile::read_until_closed(&mut s, Duration::from_secs(10), 0).await;
+                            assert!(r.closed);
+                        }
+                    }
+                })
+            }),
+        ),
+        (
+            "TLS 1.1 hellos and plain HTTP, repeated",
+            Some(|addr, _, stop| {
+                tokio::spawn(async move {
+                    stop.set_ready();
+                    while !stop.stopped() {
+                        let r =
+                            hostile::send_raw(addr, &hostile::client_hello(0x0302, None), Duration::from_secs(5)).await;
+                        assert_eq!(r.alert(), Some(70));
+                        let r =
+                            hostile::send_raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(5)).await;
+                        assert!(r.closed);
+                    }
+                })
+            }),
+        ),
+    ]
+}
+
+/// Good-request latency while each attack runs.
+fn hostile_mode(server: &Server, rate: f64, secs: f64, protocol: Protocol) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // The attacker runs on a runtime of its own (as it would on another machine), so that it delays the
+    // good clients only through the server, not by sharing their scheduler. It still shares the CPU.
+    let attack_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("attack runtime");
+    rt.block_on(async {
+        let case = Case {
+            name: "allowed",
+            path: "/validate",
+            body: review("kyma-system", "btpoperator"),
+            expect_allowed: true,
+        };
+        let conns = 8;
+        println!(
+            "webhook hostile bench: {protocol:?} over TLS, good requests at {rate:.0} req/s over {conns} connections for {secs} s per attack, default limits"
+        );
+        let _ = at_rate(server, &case, conns, rate, 0.5, protocol).await; // warm up
+        for (name, attack) in attacks() {
+            let flags = Flags::default();
+            let before = rss_mib();
+            let task = attack.map(|start| {
+                let _on_attack_runtime = attack_rt.enter();
+                start(server.addr, server.ca_pem.clone(), flags.clone())
+            });
+            // Measure the attack established (connections open, pipelines full), not its start-up burst.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while attack.is_some() && !flags.ready.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let (achieved, lat, lag) = at_rate(server, &case, conns, rate, secs, protocol).await;
+            let during = rss_mib();
+            flags.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(task) = task {
+                let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+            }
+            println!(
+                "webhook/hostile/{:<62} p50 {}, p99 {}, max {} (achieved {:.0} req/s, worst send lag {}) | RSS {:.1} MiB before, {:.1} MiB during",
+                name,
+                ms(percentile(&lat, 0.50)),
+                ms(percentile(&lat, 0.99)),
+                ms(lat.last().copied().unwrap_or_default()),
+                achieved,
+                ms(lag),
+                before,
+                during,
+            );
+        }
+    });
+}
+
 fn main() {
     let secs: f64 = env("BTP_BENCH_SECS", 2.0);
     let conns: usize = env("BTP_BENCH_CONNS", 16);
@@ -242,6 +450,11 @@ fn main() {
         "webhook/decode+validate+encode (no I/O): {:.1} µs per review",
         t.elapsed().as_secs_f64() * 1e6 / n as f64
     );
+    if std::env::var("BTP_BENCH_MODE").as_deref() == Ok("hostile") {
+        let server = start_server();
+        hostile_mode(&server, rate, secs, protocol);
+        return;
+    }
     let server = start_server();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

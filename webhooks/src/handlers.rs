@@ -77,6 +77,7 @@ pub struct WebhookState {
     counter: Arc<dyn ServiceCounter>,
     metrics: Option<WebhookMetrics>,
     count_timeout: Duration,
+    body_timeout: Duration,
 }
 
 impl WebhookState {
@@ -87,6 +88,7 @@ impl WebhookState {
             counter,
             metrics: None,
             count_timeout: Duration::from_secs(3),
+            body_timeout: DEFAULT_BODY_TIMEOUT,
         }
     }
 
@@ -101,7 +103,17 @@ impl WebhookState {
         self.count_timeout = timeout;
         self
     }
+
+    /// Answer 408 to a request whose body has not fully arrived within `timeout` of the handler starting
+    /// to read it (a client trickling its body; the header read timeout covers only the head).
+    pub fn with_body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
 }
+
+/// Default of [`WebhookState::with_body_timeout`].
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,7 +167,7 @@ fn json_response(status: StatusCode, review: &impl serde::Serialize) -> Response
     }
 }
 
-async fn read_body(method: &Method, headers: &HeaderMap, body: Body) -> Result<Bytes, ReviewError> {
+async fn read_body(method: &Method, headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, ReviewError> {
     if method != Method::POST {
         return Err(ReviewError::MethodNotAllowed(method.to_string()));
     }
@@ -178,7 +190,10 @@ async fn read_body(method: &Method, headers: &HeaderMap, body: Body) -> Result<B
     if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
         return Err(ReviewError::TooLarge { limit: MAX_BODY_BYTES });
     }
-    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|e| {
+    let read = tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES))
+        .await
+        .map_err(|_| ReviewError::BodyTimeout(timeout))?;
+    read.map_err(|e| {
         // to_bytes reports an exceeded limit as an error whose source chain holds LengthLimitError.
         if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
             || e.to_string().contains("length limit")
@@ -193,7 +208,7 @@ async fn read_body(method: &Method, headers: &HeaderMap, body: Body) -> Result<B
 async fn handle(state: WebhookState, webhook: Webhook, req: axum::extract::Request) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
-    let (response, verdict) = match read_body(&parts.method, &parts.headers, body).await {
+    let (response, verdict) = match read_body(&parts.method, &parts.headers, body, state.body_timeout).await {
         Err(error) => reject(webhook, Rejected { error, uid: None }),
         Ok(bytes) => match review::decode(&bytes) {
             Err(rejected) => reject(webhook, rejected),

@@ -29,6 +29,9 @@ pub enum ReviewError {
         /// The limit.
         limit: usize,
     },
+    /// The body did not arrive in time.
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(std::time::Duration),
     /// The body could not be read from the connection.
     #[error("could not read the request body: {0}")]
     Body(String),
@@ -59,6 +62,7 @@ impl ReviewError {
             ReviewError::MethodNotAllowed(_) => S::METHOD_NOT_ALLOWED,
             ReviewError::UnsupportedMediaType(_) => S::UNSUPPORTED_MEDIA_TYPE,
             ReviewError::TooLarge { .. } => S::PAYLOAD_TOO_LARGE,
+            ReviewError::BodyTimeout(_) => S::REQUEST_TIMEOUT,
             ReviewError::Body(_) | ReviewError::NotJson(_) | ReviewError::MissingRequest => S::BAD_REQUEST,
             ReviewError::WrongType { .. } | ReviewError::BadRequest(_) => S::BAD_REQUEST,
         }

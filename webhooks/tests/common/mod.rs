@@ -1,10 +1,13 @@
 //! Shared setup: a real HTTPS webhook server on loopback with a freshly generated CA.
 #![allow(dead_code)]
 
+pub mod hostile;
+
 use btp_certs::{generate_ca, generate_leaf, CaSpec, CertPair, KeyAlgorithm, LeafSpec};
 use btp_webhooks::client::{tls_config, Connection, Protocol};
 use btp_webhooks::handlers::{FixedServiceCounter, WebhookState};
 use btp_webhooks::rules::{RulesConfig, ServiceCounts};
+use btp_webhooks::server::{Limits, Stats};
 use btp_webhooks::tls::{server_config, SwappableCert};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,6 +38,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub cert: Arc<SwappableCert>,
     pub ca: CertPair,
+    pub stats: Arc<Stats>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
@@ -51,7 +55,21 @@ impl TestServer {
         .await
     }
 
+    pub fn default_state() -> WebhookState {
+        WebhookState::new(
+            RulesConfig::default(),
+            Arc::new(FixedServiceCounter(Ok(ServiceCounts {
+                instances: 2,
+                bindings: 1,
+            }))),
+        )
+    }
+
     pub async fn start_with(state: WebhookState) -> Self {
+        Self::start_with_limits(state, Limits::default()).await
+    }
+
+    pub async fn start_with_limits(state: WebhookState, limits: Limits) -> Self {
         let ca = ca();
         let leaf = leaf(&ca);
         let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).expect("cert");
@@ -60,13 +78,22 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = btp_webhooks::router(state);
-        let task = tokio::spawn(btp_webhooks::server::serve(listener, tls, app, async move {
-            let _ = stopped.await;
-        }));
+        let stats = Arc::new(Stats::default());
+        let task = tokio::spawn(btp_webhooks::server::serve_with(
+            listener,
+            tls,
+            app,
+            limits,
+            stats.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         Self {
             addr,
             cert,
             ca,
+            stats,
             stop: Some(stop),
             task: Some(task),
         }

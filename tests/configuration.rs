@@ -157,7 +157,7 @@ async fn an_outage_after_ready_that_times_out_is_a_reconcile_failure() {
 async fn a_failing_api_is_retried_with_backoff_not_hammered() {
     let env = ready_env(Config::default()).await;
     let Some(server) = env.server() else {
-        // Needs fault injection (the embedded API server).
+        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
         env.stop().await;
         return;
     };

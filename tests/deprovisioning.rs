@@ -433,7 +433,7 @@ async fn a_force_delete_survives_injected_api_failures_and_cut_watches() {
         .try_init();
     let env = ready_env(config()).await;
     let Some(server) = env.server() else {
-        // Fault injection needs the embedded API server; a real cluster has its own failures.
+        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
         env.stop().await;
         return;
     };
@@ -600,7 +600,7 @@ async fn the_managers_own_deployment_rbac_services_webhooks_and_certificate_surv
 async fn a_failed_removal_is_reported_the_operand_restored_and_the_deletion_retried() {
     let env = ready_env(config()).await;
     let Some(server) = env.server() else {
-        // Needs fault injection (the embedded API server).
+        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
         env.stop().await;
         return;
     };
@@ -654,6 +654,7 @@ async fn a_failed_removal_is_reported_the_operand_restored_and_the_deletion_retr
 async fn a_hard_delete_that_fails_goes_to_the_soft_delete() {
     let env = ready_env(config()).await;
     let Some(server) = env.server() else {
+        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
         env.stop().await;
         return;
     };

@@ -16,97 +16,16 @@
 
 #[path = "../tests/common/operand.rs"]
 mod operand;
+mod support;
+
+use support::{env_usize, eventually, Manager};
 
 use btp_api::{names, BtpOperator};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// The manager process; killed when dropped.
-struct Manager(Child);
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Manager {
-    fn start(kubeconfig: &std::path::Path, extra: &[&str]) -> Self {
-        let webhook = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env("KUBECONFIG", kubeconfig)
-            .env(
-                "SAP_BTP_SERVICE_OPERATOR",
-                "example.test/sap-btp-service-operator:v0.11.10",
-            )
-            .env("RUST_LOG", "warn")
-            .args(["run", "--webhook-bind-address"])
-            .arg(format!("127.0.0.1:{webhook}"))
-            .arg("--metrics-bind-address")
-            .arg(format!("127.0.0.1:{}", free_port()))
-            .arg("--health-probe-bind-address")
-            .arg(format!("127.0.0.1:{}", free_port()))
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start btp-manager run");
-        Manager(child)
-    }
-
-    /// CPU time (user + system) used so far, in seconds (clock ticks of 1/100 s, Linux's USER_HZ).
-    fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap_or_default();
-        // Fields after the command name (which is in parentheses and may hold spaces).
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or("", |(_, rest)| rest)
-            .split_whitespace()
-            .collect();
-        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
-        // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the command name.
-        (ticks(11) + ticks(12)) / 100.0
-    }
-
-    /// Peak resident memory so far, in MiB.
-    fn peak_rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
-    }
-}
-
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < end, "timed out after {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// One run: returns (time from delete to gone, manager peak RSS in MiB, manager CPU seconds during the
 /// deletion).

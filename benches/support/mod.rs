@@ -1,0 +1,118 @@
+//! What the benchmarks that run the manager as its own process share: the process (`btp-manager run`
+//! against a kubeconfig), its peak memory and CPU time, its metrics, and a deadline-bounded wait.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// The manager process; killed when dropped.
+pub struct Manager {
+    child: Child,
+    /// Where its `/metrics` are served.
+    pub metrics: std::net::SocketAddr,
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Manager {
+    /// `btp-manager run` against `kubeconfig`, on free loopback ports, with `extra` flags.
+    pub fn start(kubeconfig: &std::path::Path, extra: &[&str]) -> Self {
+        let webhook = free_port();
+        let metrics: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("KUBECONFIG", kubeconfig)
+            .env(
+                "SAP_BTP_SERVICE_OPERATOR",
+                "example.test/sap-btp-service-operator:v0.11.10",
+            )
+            .env("RUST_LOG", "warn")
+            .args(["run", "--webhook-bind-address"])
+            .arg(format!("127.0.0.1:{webhook}"))
+            .arg("--metrics-bind-address")
+            .arg(metrics.to_string())
+            .arg("--health-probe-bind-address")
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start btp-manager run");
+        Manager { child, metrics }
+    }
+
+    /// CPU time (user + system) used so far, in seconds (clock ticks of 1/100 s, Linux's USER_HZ).
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which is in parentheses and may hold spaces).
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+        // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the command name.
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
+    /// Peak resident memory so far, in MiB.
+    pub fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    }
+
+    /// Its `/metrics` text (plain HTTP/1.0 GET; empty when it cannot be read).
+    pub async fn metrics_text(&self) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let Ok(mut stream) = tokio::net::TcpStream::connect(self.metrics).await else {
+            return String::new();
+        };
+        if stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.is_err() {
+            return String::new();
+        }
+        let mut body = String::new();
+        let _ = stream.read_to_string(&mut body).await;
+        body
+    }
+}
+
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < end, "timed out after {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The value of the first metrics line that starts with `prefix` (NaN when absent).
+pub fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}

@@ -18,44 +18,22 @@
 mod operand;
 mod support;
 
-use support::{env_usize, eventually, Manager};
+use support::{env_usize, eventually, Cluster, Manager};
 
-use btp_api::{names, BtpOperator};
+use btp_api::names;
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use std::time::{Duration, Instant};
 
 /// One run: returns (time from delete to gone, manager peak RSS in MiB, manager CPU seconds during the
 /// deletion).
 async fn run(services: usize, namespaces: usize, operand_removes_finalizers: bool) -> (Duration, f64, f64) {
-    let server = btp_apiserver::ApiServer::start(btp_apiserver::Config::default())
-        .await
-        .expect("API server");
-    let client = server.client().await;
-    let dir = std::env::temp_dir().join(format!("btp-bench-deprovision-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("kubeconfig");
-
-    // Namespaces, the CRDs, and the services (before the operand's webhooks exist, to keep setup fast).
-    for ns in std::iter::once(names::KYMA_SYSTEM.to_string()).chain((0..namespaces).map(|i| format!("team-{i}"))) {
-        let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("namespace");
-    }
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
-        .await
-        .expect("BtpOperator CRD");
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/module-resources/apply/crd.yml"))
-        .expect("operand CRDs");
-    for doc in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).expect("CRD YAML") {
-        crds.create(&PostParams::default(), &doc).await.expect("operand CRD");
-    }
+    let cluster = Cluster::start(
+        "deprovision",
+        std::iter::once(names::KYMA_SYSTEM.to_string()).chain((0..namespaces).map(|i| format!("team-{i}"))),
+    )
+    .await;
+    let (server, client) = (&cluster.server, cluster.client.clone());
     let started = Instant::now();
     futures::stream::iter(0..services)
         .map(|i| {
@@ -89,35 +67,11 @@ async fn run(services: usize, namespaces: usize, operand_removes_finalizers: boo
     } else {
         &["--hard-delete-timeout", "1s"]
     };
-    let manager = Manager::start(&kubeconfig, extra);
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM,
-                     "labels": {"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}},
-        "stringData": {"clientid": "id", "clientsecret": "secret", "sm_url": "https://sm.example.com",
-                       "tokenurl": "https://auth.example.com", "cluster_id": "cluster-1"}
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("secret");
-    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
-    let mut cr = BtpOperator::new(names::BTP_OPERATOR_NAME);
-    cr.metadata.labels = Some([(names::FORCE_DELETE_LABEL.to_string(), "true".to_string())].into());
-    // The manager's webhooks come up with it: retry the create until they answer.
-    eventually(Duration::from_secs(30), "the CR is created", || async {
-        crs.create(&PostParams::default(), &cr).await.is_ok()
-    })
-    .await;
-    eventually(Duration::from_secs(60), "the CR is Ready", || async {
-        crs.get(names::BTP_OPERATOR_NAME)
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .is_some_and(|s| s.state == btp_api::State::Ready)
-    })
-    .await;
-    let _webhooks = operand::serve_webhooks(&server, &client).await;
+    let manager = Manager::start(&cluster.kubeconfig, extra);
+    let crs = cluster
+        .provision([(names::FORCE_DELETE_LABEL.to_string(), "true".to_string())].into())
+        .await;
+    let _webhooks = operand::serve_webhooks(server, &client).await;
     let remover = operand_removes_finalizers.then(|| operand::spawn_finalizer_remover(client.clone(), 32));
 
     let cpu_before = manager.cpu_seconds();
@@ -148,8 +102,7 @@ async fn run(services: usize, namespaces: usize, operand_removes_finalizers: boo
         n
     };
     assert_eq!(left, 0, "every ServiceInstance and ServiceBinding is gone");
-    let _ = std::fs::remove_dir_all(&dir);
-    server.shutdown().await;
+    cluster.shutdown().await;
     (took, rss, cpu)
 }
 

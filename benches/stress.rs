@@ -12,13 +12,12 @@
 mod operand;
 mod support;
 
-use btp_api::{names, BtpOperator, State};
+use btp_api::names;
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use std::time::{Duration, Instant};
-use support::{env_usize, eventually, metric, Manager};
+use support::{env_usize, eventually, is_ready, metric, Cluster, Manager};
 
 fn scaled(n: usize) -> usize {
     let scale: f64 = std::env::var("BTP_BENCH_SCALE")
@@ -51,31 +50,8 @@ where
 }
 
 async fn run() {
-    let server = btp_apiserver::ApiServer::start(btp_apiserver::Config::default())
-        .await
-        .expect("API server");
-    let client = server.client().await;
-    let dir = std::env::temp_dir().join(format!("btp-bench-stress-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("kubeconfig");
-
-    for ns in [names::KYMA_SYSTEM, "stress", "team"] {
-        let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("namespace");
-    }
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
-        .await
-        .expect("BtpOperator CRD");
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/module-resources/apply/crd.yml"))
-        .expect("operand CRDs");
-    for doc in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).expect("CRD YAML") {
-        crds.create(&PostParams::default(), &doc).await.expect("operand CRD");
-    }
+    let cluster = Cluster::start("stress", [names::KYMA_SYSTEM, "stress", "team"].map(String::from)).await;
+    let client = cluster.client.clone();
 
     // The dataset.
     let started = Instant::now();
@@ -159,32 +135,8 @@ async fn run() {
 
     // The manager, the credentials, the CR: Ready.
     btp_apiserver::spawn_deployment_controller(client.clone());
-    let manager = Manager::start(&kubeconfig, &[]);
-    let credentials = secret(
-        names::REQUIRED_SECRET_NAME.into(),
-        names::KYMA_SYSTEM,
-        serde_json::json!({"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}),
-        serde_json::json!({"clientid": "id", "clientsecret": "secret", "sm_url": "https://sm.example.com",
-                           "tokenurl": "https://auth.example.com", "cluster_id": "cluster-1"}),
-    );
-    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
-        .create(&PostParams::default(), &credentials)
-        .await
-        .expect("credentials Secret");
-    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
-    let cr = BtpOperator::new(names::BTP_OPERATOR_NAME);
-    eventually(Duration::from_secs(30), "the CR is created", || async {
-        crs.create(&PostParams::default(), &cr).await.is_ok()
-    })
-    .await;
-    let ready = || async {
-        crs.get(names::BTP_OPERATOR_NAME)
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .is_some_and(|s| s.state == State::Ready)
-    };
-    eventually(Duration::from_secs(60), "the CR is Ready", ready).await;
+    let manager = Manager::start(&cluster.kubeconfig, &[]);
+    let crs = cluster.provision(Default::default()).await;
 
     // Forced reconciles, one at a time, timed by the manager's own histogram.
     let before = manager.metrics_text().await;
@@ -218,7 +170,7 @@ async fn run() {
         &after,
         "controller_runtime_reconcile_total{controller=\"btpoperator\",result=\"error\"}",
     );
-    assert!(ready().await, "the CR stays Ready under the dataset");
+    assert!(is_ready(&crs).await, "the CR stays Ready under the dataset");
     let average_ms = (sum1 - sum0) / (count1 - count0) * 1000.0;
     println!(
         "stress dataset: {services} ServiceInstances + {services} ServiceBindings, {wide} ConfigMaps and {wide} \
@@ -236,8 +188,7 @@ async fn run() {
         manager.cpu_seconds()
     );
     drop(manager);
-    let _ = std::fs::remove_dir_all(&dir);
-    server.shutdown().await;
+    cluster.shutdown().await;
 }
 
 fn main() {

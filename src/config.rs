@@ -392,18 +392,6 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
-    fn config() -> ProptestConfig {
-        let cases = std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(256);
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
-
     const DURATION_KEYS: [&str; 8] = [
         "ProcessingStateRequeueInterval",
         "ReadyStateRequeueInterval",
@@ -466,7 +454,7 @@ mod properties {
     }
 
     proptest! {
-        #![proptest_config(config())]
+        #![proptest_config(crate::proptest_config(256))]
 
         #[test]
         fn apply_configmap_never_panics_and_failures_keep_the_previous_value(

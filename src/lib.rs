@@ -19,3 +19,18 @@ pub mod ops;
 pub mod reconciler;
 pub mod telemetry;
 pub mod webhook_certs;
+
+/// The configuration of this crate's property tests: `default_cases` cases unless `PROPTEST_CASES` says
+/// otherwise, and no failure files written into the source tree.
+#[cfg(test)]
+pub(crate) fn proptest_config(default_cases: u32) -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default_cases);
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}

@@ -10,56 +10,23 @@ use common::operand::{service_binding, service_instance, services};
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt as _;
 use std::time::Duration;
-
-/// Every module-resource kind the manager installs, with its scope.
-const MODULE_KINDS: [(&str, &str, &str, bool); 12] = [
-    ("", "v1", "ConfigMap", true),
-    ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", false),
-    ("apps", "v1", "Deployment", true),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRole", false),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", false),
-    ("rbac.authorization.k8s.io", "v1", "Role", true),
-    ("rbac.authorization.k8s.io", "v1", "RoleBinding", true),
-    ("", "v1", "Secret", true),
-    ("", "v1", "Service", true),
-    ("", "v1", "ServiceAccount", true),
-    (
-        "admissionregistration.k8s.io",
-        "v1",
-        "MutatingWebhookConfiguration",
-        false,
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "v1",
-        "ValidatingWebhookConfiguration",
-        false,
-    ),
-];
 
 /// Objects of the module kinds that carry both labels the manager puts on what it installs.
 async fn installed(env: &Env) -> Vec<String> {
     let selector =
         ListParams::default().labels("app.kubernetes.io/managed-by=btp-manager,kyma-project.io/module=btp-operator");
     let mut found = Vec::new();
-    for (group, version, kind, namespaced) in MODULE_KINDS {
+    // Namespaced kinds are listed in every namespace: nothing of ours may be left anywhere.
+    for (group, version, kind, _) in MANAGED_KINDS {
         let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
-        // Namespaced kinds are listed in every namespace: nothing of ours may be left anywhere.
-        let _ = namespaced;
         let api: Api<DynamicObject> = Api::all_with(env.client.clone(), &ar);
         for o in api.list_metadata(&selector).await.unwrap().items {
             found.push(format!("{kind} {}/{}", o.namespace().unwrap_or_default(), o.name_any()));
         }
     }
-    let policies = Api::<NetworkPolicy>::all(env.client.clone())
-        .list_metadata(&selector)
-        .await
-        .unwrap();
-    found.extend(policies.items.iter().map(|p| format!("NetworkPolicy {}", p.name_any())));
     found
 }
 

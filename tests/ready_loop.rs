@@ -318,32 +318,7 @@ async fn managed_versions(env: &Env) -> Vec<(String, String)> {
         "BtpOperator".to_string(),
         cr.metadata.resource_version.unwrap_or_default(),
     ));
-    let kinds = [
-        ("", "v1", "ConfigMap", true),
-        ("", "v1", "Secret", true),
-        ("", "v1", "Service", true),
-        ("", "v1", "ServiceAccount", true),
-        ("apps", "v1", "Deployment", true),
-        ("rbac.authorization.k8s.io", "v1", "Role", true),
-        ("rbac.authorization.k8s.io", "v1", "RoleBinding", true),
-        ("networking.k8s.io", "v1", "NetworkPolicy", true),
-        ("rbac.authorization.k8s.io", "v1", "ClusterRole", false),
-        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", false),
-        (
-            "admissionregistration.k8s.io",
-            "v1",
-            "MutatingWebhookConfiguration",
-            false,
-        ),
-        (
-            "admissionregistration.k8s.io",
-            "v1",
-            "ValidatingWebhookConfiguration",
-            false,
-        ),
-        ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", false),
-    ];
-    for (group, version, kind, namespaced) in kinds {
+    for (group, version, kind, namespaced) in MANAGED_KINDS {
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
         let api: Api<DynamicObject> = if namespaced {
             Api::namespaced_with(env.client.clone(), NS, &ar)

@@ -77,6 +77,11 @@ pub fn is_module_resource(labels: Option<&std::collections::BTreeMap<String, Str
     })
 }
 
+/// Label selector of [`is_module_resource`]: everything the manager installed for the operand.
+pub fn module_resource_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_BTP_MANAGER},{MODULE_LABEL}={MODULE_NAME}")
+}
+
 /// Chart version label on module resources.
 pub const CHART_VERSION_LABEL: &str = "chart-version";
 

@@ -415,16 +415,25 @@ async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
     let pem = base64::engine::general_purpose::STANDARD
         .decode(ca.trim())
         .map_err(|e| fail(format!("invalid caBundle encoding: {e}")))?;
-    let body = serde_json::to_vec(review).map_err(|e| fail(e.to_string()))?;
-    let key = (addr, host.clone(), pem.clone());
-    if let Some(mut sender) = pooled(st, &key) {
-        let req = axum::http::Request::builder()
+    let body = Bytes::from(serde_json::to_vec(review).map_err(|e| fail(e.to_string()))?);
+    // The review as a request: HTTP/2 takes the absolute URI, HTTP/1.1 the path.
+    let request = |h2: bool| {
+        axum::http::Request::builder()
             .method("POST")
-            .uri(format!("https://{host}:{}{path}", addr.port()))
+            .uri(if h2 {
+                format!("https://{host}:{}{path}", addr.port())
+            } else {
+                path.clone()
+            })
             .header("content-type", "application/json")
             .header("accept", "application/json")
-            .body(Full::new(Bytes::from(body.clone())))
-            .map_err(|e| fail(e.to_string()))?;
+            .header("host", format!("{host}:{}", addr.port()))
+            .body(Full::new(body.clone()))
+            .map_err(|e| fail(e.to_string()))
+    };
+    let key = (addr, host.clone(), pem.clone());
+    if let Some(mut sender) = pooled(st, &key) {
+        let req = request(true)?;
         // A connection that broke since is dropped; the request then goes over a new one below.
         if let Ok(resp) = sender.send_request(req).await {
             return finish(read(resp).await.map_err(fail)?, &fail);
@@ -444,18 +453,7 @@ async fn call(st: &State, wh: &Value, review: &Value) -> Result<Value, String> {
         .await
         .map_err(|e| fail(format!("tls: {e}")))?;
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let req = axum::http::Request::builder()
-        .method("POST")
-        .uri(if h2 {
-            format!("https://{host}:{}{path}", addr.port())
-        } else {
-            path.clone()
-        })
-        .header("content-type", "application/json")
-        .header("accept", "application/json")
-        .header("host", format!("{host}:{}", addr.port()))
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|e| fail(e.to_string()))?;
+    let req = request(h2)?;
     let resp = if h2 {
         let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
             .await

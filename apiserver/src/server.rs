@@ -182,7 +182,12 @@ fn route(st: &State, path: &str) -> Route {
 }
 
 pub(crate) fn verb_of(method: &Method, t: &Target, watch: bool) -> &'static str {
-    match (method.as_str(), t.name.is_some()) {
+    verb(method, t.name.is_some(), watch)
+}
+
+/// The Kubernetes verb of a request with `method`, for a named object or a collection.
+fn verb(method: &Method, named: bool, watch: bool) -> &'static str {
+    match (method.as_str(), named) {
         ("GET", _) if watch => "watch",
         ("GET", true) => "get",
         ("GET", false) => "list",
@@ -265,19 +270,7 @@ fn describe_unknown(method: &Method, path: &str, q: &crate::context::Query, rec:
     rec.resource = resource.to_string();
     rec.name = rest.first().map(|n| n.to_string()).unwrap_or_default();
     rec.subresource = rest.get(1).map(|n| n.to_string()).unwrap_or_default();
-    let watch = crate::util::query_bool(q, "watch");
-    rec.verb = match (method.as_str(), rec.name.is_empty()) {
-        ("GET", _) if watch => "watch",
-        ("GET", false) => "get",
-        ("GET", true) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", false) => "delete",
-        ("DELETE", true) => "deletecollection",
-        _ => "other",
-    }
-    .into();
+    rec.verb = verb(method, !rec.name.is_empty(), crate::util::query_bool(q, "watch")).into();
 }
 
 /// The user of the server's own token.

@@ -2,6 +2,10 @@
 //! against a kubeconfig), its peak memory and CPU time, its metrics, and a deadline-bounded wait.
 #![allow(dead_code)]
 
+use btp_api::{names, BtpOperator};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -115,4 +119,88 @@ pub fn metric(text: &str, prefix: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(f64::NAN)
+}
+
+/// An embedded API server with a kubeconfig file for the manager process, the given namespaces, the
+/// BtpOperator CRD and the operand's CRDs (ServiceInstance, ServiceBinding).
+pub struct Cluster {
+    pub server: btp_apiserver::RunningApiServer,
+    pub client: kube::Client,
+    pub kubeconfig: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl Cluster {
+    pub async fn start(name: &str, namespaces: impl IntoIterator<Item = String>) -> Self {
+        let server = btp_apiserver::ApiServer::start(btp_apiserver::Config::default())
+            .await
+            .expect("API server");
+        let client = server.client().await;
+        let dir = std::env::temp_dir().join(format!("btp-bench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("kubeconfig");
+        for ns in namespaces {
+            let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
+            Api::<Namespace>::all(client.clone())
+                .create(&PostParams::default(), &obj)
+                .await
+                .expect("namespace");
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
+            .await
+            .expect("BtpOperator CRD");
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/module-resources/apply/crd.yml"))
+            .expect("operand CRDs");
+        for doc in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).expect("CRD YAML") {
+            crds.create(&PostParams::default(), &doc).await.expect("operand CRD");
+        }
+        Cluster {
+            server,
+            client,
+            kubeconfig,
+            dir,
+        }
+    }
+
+    /// The credentials Secret (dummy values) and `kyma-system/btpoperator` with `labels`, created once the
+    /// manager's webhooks answer; returns when the CR is Ready.
+    pub async fn provision(&self, labels: std::collections::BTreeMap<String, String>) -> Api<BtpOperator> {
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                         "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+            "stringData": {"clientid": "id", "clientsecret": "secret", "sm_url": "https://sm.example.com",
+                           "tokenurl": "https://auth.example.com", "cluster_id": "cluster-1"}
+        }))
+        .expect("secret");
+        Api::<Secret>::namespaced(self.client.clone(), names::KYMA_SYSTEM)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("credentials Secret");
+        let crs: Api<BtpOperator> = Api::namespaced(self.client.clone(), names::KYMA_SYSTEM);
+        let mut cr = BtpOperator::new(names::BTP_OPERATOR_NAME);
+        cr.metadata.labels = Some(labels);
+        // The manager's webhooks come up with it: retry the create until they answer.
+        eventually(Duration::from_secs(30), "the CR is created", || async {
+            crs.create(&PostParams::default(), &cr).await.is_ok()
+        })
+        .await;
+        eventually(Duration::from_secs(60), "the CR is Ready", || is_ready(&crs)).await;
+        crs
+    }
+
+    pub async fn shutdown(self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.server.shutdown().await;
+    }
+}
+
+/// Whether `kyma-system/btpoperator` is Ready.
+pub async fn is_ready(crs: &Api<BtpOperator>) -> bool {
+    crs.get(names::BTP_OPERATOR_NAME)
+        .await
+        .ok()
+        .and_then(|c| c.status)
+        .is_some_and(|s| s.state == btp_api::State::Ready)
 }

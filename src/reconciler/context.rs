@@ -50,7 +50,7 @@ struct HardDeleteClock {
     given_up: bool,
 }
 
-/// A clock keyed by the CR's uid: a new incarnation of the CR starts a new wait.
+/// One of the clocks below, locked (a poisoned lock still holds a usable value).
 fn clock<T>(slot: &Mutex<Option<T>>) -> MutexGuard<'_, Option<T>> {
     match slot.lock() {
         Ok(g) => g,
@@ -186,16 +186,9 @@ impl Context {
         *clock(&self.waiting_since) = None;
     }
 
-    fn hard_delete_slot(&self) -> MutexGuard<'_, Option<HardDeleteClock>> {
-        match self.hard_delete.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-
     /// When the hard delete of the CR `uid` began, and whether it begins now (its deletes are to be issued).
     pub fn hard_delete_clock(&self, uid: &str) -> (Instant, bool) {
-        let mut slot = self.hard_delete_slot();
+        let mut slot = clock(&self.hard_delete);
         match slot.as_ref() {
             Some(c) if c.uid == uid => (c.since, false),
             _ => {
@@ -212,7 +205,7 @@ impl Context {
 
     /// The hard delete of the CR `uid` failed or timed out: later passes go straight to soft delete.
     pub fn give_up_hard_delete(&self, uid: &str) {
-        let mut slot = self.hard_delete_slot();
+        let mut slot = clock(&self.hard_delete);
         match slot.as_mut() {
             Some(c) if c.uid == uid => c.given_up = true,
             _ => {
@@ -227,14 +220,14 @@ impl Context {
 
     /// Whether the hard delete of the CR `uid` was given up in this process.
     pub fn hard_delete_given_up(&self, uid: &str) -> bool {
-        self.hard_delete_slot()
+        clock(&self.hard_delete)
             .as_ref()
             .is_some_and(|c| c.uid == uid && c.given_up)
     }
 
     /// The deletion is over (the CR is gone, or no longer being deleted).
     pub fn end_deletion(&self) {
-        *self.hard_delete_slot() = None;
+        *clock(&self.hard_delete) = None;
         self.set_deleting(false);
     }
 
@@ -251,7 +244,7 @@ impl Context {
     /// Record a reconcile's result; returns the consecutive failures so far.
     pub fn record_result(&self, ok: bool) -> u32 {
         if ok {
-            *clock_slot(&self.retry_at) = None;
+            *clock(&self.retry_at) = None;
             self.failures.store(0, Ordering::SeqCst);
             0
         } else {
@@ -266,18 +259,11 @@ impl Context {
 
     /// The retry of a failed reconcile is due after `delay`.
     pub fn retry_after(&self, delay: std::time::Duration) {
-        *clock_slot(&self.retry_at) = Some(Instant::now() + delay);
+        *clock(&self.retry_at) = Some(Instant::now() + delay);
     }
 
     /// Whether a failed reconcile waits for its retry (secondary watches do not trigger meanwhile).
     pub fn backing_off(&self) -> bool {
-        clock_slot(&self.retry_at).is_some_and(|at| Instant::now() < at)
-    }
-}
-
-fn clock_slot(slot: &Mutex<Option<Instant>>) -> MutexGuard<'_, Option<Instant>> {
-    match slot.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
+        clock(&self.retry_at).is_some_and(|at| Instant::now() < at)
     }
 }

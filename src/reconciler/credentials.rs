@@ -256,18 +256,6 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
-    fn config() -> ProptestConfig {
-        let cases = std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(256);
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
-
     fn arb_key() -> impl Strategy<Value = String> {
         let known: Vec<String> = names::REQUIRED_SECRET_KEYS
             .iter()
@@ -294,7 +282,7 @@ mod properties {
     }
 
     proptest! {
-        #![proptest_config(config())]
+        #![proptest_config(crate::proptest_config(256))]
 
         #[test]
         fn validate_never_panics_and_never_shows_a_value(

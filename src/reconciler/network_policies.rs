@@ -139,13 +139,7 @@ pub fn plan(policies: &[Value], enabled: bool) -> Plan {
 /// untouched); this project narrows deletion of managed objects to carry both that label and
 /// `kyma-project.io/module=btp-operator`, both of which preparation puts on every policy.
 pub fn managed_selector() -> String {
-    format!(
-        "{}={},{}={}",
-        names::MANAGED_BY_LABEL,
-        names::MANAGED_BY_BTP_MANAGER,
-        names::MODULE_LABEL,
-        names::MODULE_NAME
-    )
+    names::module_resource_selector()
 }
 
 #[cfg(test)]

@@ -21,6 +21,33 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Every kind the manager installs for the operand: (group, version, kind, namespaced).
+pub const MANAGED_KINDS: [(&str, &str, &str, bool); 13] = [
+    ("", "v1", "ConfigMap", true),
+    ("", "v1", "Secret", true),
+    ("", "v1", "Service", true),
+    ("", "v1", "ServiceAccount", true),
+    ("apps", "v1", "Deployment", true),
+    ("rbac.authorization.k8s.io", "v1", "Role", true),
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding", true),
+    ("networking.k8s.io", "v1", "NetworkPolicy", true),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole", false),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", false),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        false,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        false,
+    ),
+    ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", false),
+];
+
 pub const IMAGE: &str = "example.test/sap-btp-service-operator:v0.11.10";
 
 /// Where the tests run.

@@ -7,7 +7,7 @@
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::ResourceExt as _;
 use std::sync::Arc;
@@ -15,10 +15,7 @@ use std::sync::Arc;
 /// The operand's finalizer on ServiceInstances and ServiceBindings.
 pub const SERVICES_FINALIZER: &str = "services.cloud.sap.com/sap-btp-finalizer";
 
-/// The API resource of a services.cloud.sap.com/v1 kind.
-pub fn services(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("services.cloud.sap.com", "v1", kind))
-}
+pub use btp_manager::reconciler::cluster::services_resource as services;
 
 /// Serve the operand's webhooks on loopback with the leaf in `kyma-system/webhook-server-cert`, and map the
 /// operand's webhook Service to it. Call once the manager has provisioned (the Secret exists). The server

@@ -32,17 +32,6 @@ pub enum RemovalError {
     Several(Vec<ApiError>),
 }
 
-/// Label selector of everything the manager installed for the operand.
-pub fn module_selector() -> String {
-    format!(
-        "{}={},{}={}",
-        names::MANAGED_BY_LABEL,
-        names::MANAGED_BY_BTP_MANAGER,
-        names::MODULE_LABEL,
-        names::MODULE_NAME
-    )
-}
-
 /// Each distinct (apiVersion, kind) of the manifests, in first-seen order.
 pub fn module_kinds(module: &ModuleResources) -> Vec<(String, String)> {
     let mut kinds: Vec<(String, String)> = Vec::new();
@@ -98,7 +87,7 @@ impl Cluster<'_> {
     ) -> Result<(), RemovalError> {
         let mut failures = Vec::new();
         // Where the operand Secret lives (read before anything is deleted).
-        let selector = module_selector();
+        let selector = names::module_resource_selector();
         let secrets_api = Api::<Secret>::all(self.client());
         let operand_secret_params = ListParams::default()
             .labels(&selector)

@@ -4,18 +4,6 @@
 use super::*;
 use proptest::prelude::*;
 
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(128);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
 /// YAML-ish text: random characters, or a soup of YAML tokens (anchors, aliases, tags, flow and block
 /// collections, document markers, scalars).
 fn arb_yamlish() -> impl Strategy<Value = String> {
@@ -129,7 +117,7 @@ fn check(name: &str, result: Result<ModuleResources, LoadError>) -> Result<(), T
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::proptest_config(128))]
 
     #[test]
     fn random_yaml_never_panics_and_errors_name_the_file(

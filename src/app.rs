@@ -67,7 +67,7 @@ pub async fn wait_for_signal() {
 }
 
 /// Where the API server reaches our webhooks and which names the serving certificate needs.
-fn webhook_endpoint(args: &RunArgs) -> (Endpoint, Vec<String>, Vec<IpAddr>) {
+fn webhook_endpoint(args: &RunArgs, bound_port: u16) -> (Endpoint, Vec<String>, Vec<IpAddr>) {
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let svc = format!("{}.{}.svc", names::webhook::SERVICE_NAME, args.namespace);
     let mut dns = vec![svc.clone(), format!("{svc}.cluster.local")];
@@ -76,7 +76,7 @@ fn webhook_endpoint(args: &RunArgs) -> (Endpoint, Vec<String>, Vec<IpAddr>) {
     let url = match (&args.webhook.webhook_url, in_cluster) {
         (Some(url), _) => Some(url.clone()),
         (None, true) => None,
-        (None, false) => Some(format!("https://127.0.0.1:{}", args.webhook_bind_address.port())),
+        (None, false) => Some(format!("https://127.0.0.1:{bound_port}")),
     };
     let endpoint = match url {
         None => Endpoint::Service {
@@ -139,13 +139,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API (KUBECONFIG, ~/.kube/config or in-cluster)")?;
-    // `term`: shutdown requested (stop reconciling, not ready); `stop`: the drain is over (stop serving).
     let (term_tx, term_rx) = watch::channel(false);
-    let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
         let _ = term_tx.send(true);
     });
+    start(&args, client, term_rx).await?.shut_down().await
+}
+
+/// A manager started by [`start`]: the webhook server, the reconciler (behind leader election when
+/// asked), metrics and health endpoints, and the tasks that keep the webhook certificate current.
+pub struct Manager {
+    /// Where the webhooks are served (the port actually bound).
+    pub webhook_addr: SocketAddr,
+    /// Where `/metrics` is served.
+    pub metrics_addr: SocketAddr,
+    /// Where `/healthz` and `/readyz` are served.
+    pub health_addr: SocketAddr,
+    plan: ShutdownPlan,
+}
+
+/// Start everything `run` runs, with `client`, until `term` turns true (then see [`Manager::shut_down`]).
+pub async fn start(args: &RunArgs, client: kube::Client, term: watch::Receiver<bool>) -> anyhow::Result<Manager> {
+    // `term`: shutdown requested (stop reconciling, not ready); `stop`: the drain is over (stop serving).
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Everything started below ends with `stop` (dropping `stop_tx` sets nothing, so a failed start stops
+    // what it started explicitly).
+    let started = StopOnError(Some(stop_tx));
     let match_conditions = match_conditions_supported(&client).await;
 
     let mut registry = Registry::default();
@@ -153,16 +173,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let election = args
         .leader_elect
         .then(|| LeaderElection::new(client.clone(), &args.namespace, args.leader_election_lease_duration));
-    let reconciler = spawn_reconciler(
-        &args.reconciler,
-        election,
-        client.clone(),
-        &mut registry,
-        term_rx.clone(),
-    )
-    .await?;
+    let reconciler = spawn_reconciler(&args.reconciler, election, client.clone(), &mut registry, term.clone()).await?;
+    // From here on the reconciler runs: a failed start must not leave it running.
+    let reconciler = AbortOnDrop::new(reconciler);
     let ready = ops::Readiness::default();
-    serve_ops(
+    let (metrics_addr, health_addr) = serve_ops(
         args.metrics_bind_address,
         args.health_probe_bind_address,
         registry,
@@ -171,7 +186,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     )
     .await?;
 
-    let (endpoint, dns_names, ip_addresses) = webhook_endpoint(&args);
+    // Bound before the certificate is made, so that the endpoint names the port actually bound.
+    let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
+        .await
+        .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
+    let webhook_addr = listener
+        .local_addr()
+        .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
+    let (endpoint, dns_names, ip_addresses) = webhook_endpoint(args, webhook_addr.port());
     let manifests = WebhookManifests {
         endpoint,
         secret_namespace: args.reconciler.chart_namespace.clone(),
@@ -186,7 +208,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .load()
                 .await
                 .with_context(|| format!("loading webhook certificates from {}", dir.display()))?;
-            tokio::spawn(files.watch(cert.clone(), Duration::from_secs(10)));
+            let watch = files.watch(cert.clone(), Duration::from_secs(10));
+            tokio::spawn(until(stopped(stop_rx.clone()), watch));
             tracing::info!(dir = %dir.display(), "serving webhook certificates from files; caBundle is not managed");
             cert
         }
@@ -213,10 +236,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let state = WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone())))
         .with_metrics(webhook_metrics)
         .with_body_timeout(args.webhook.webhook_body_timeout);
-    let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
-        .await
-        .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
-    tracing::info!(address = %args.webhook_bind_address, "webhook server listening");
+    tracing::info!(address = %webhook_addr, "webhook server listening");
     let webhooks = tokio::spawn(btp_webhooks::server::serve_with(
         listener,
         server_config(cert)?,
@@ -225,18 +245,100 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Arc::default(),
         stopped(stop_rx),
     ));
-    if !*term_rx.borrow() {
+    if !*term.borrow() {
         ready.set(true);
     }
-    shut_down(ShutdownPlan {
-        term: term_rx,
-        stop: stop_tx,
-        ready,
-        drain_delay: args.shutdown_drain_delay,
-        reconciler,
-        webhooks,
+    Ok(Manager {
+        webhook_addr,
+        metrics_addr,
+        health_addr,
+        plan: ShutdownPlan {
+            term,
+            stop: started.disarm(),
+            ready,
+            drain_delay: args.shutdown_drain_delay,
+            reconciler: reconciler.disarm(),
+            webhooks,
+        },
     })
-    .await
+}
+
+impl Manager {
+    /// Wait until shutdown is requested, then shut down gracefully (see [`run`]).
+    pub async fn shut_down(self) -> anyhow::Result<()> {
+        shut_down(self.plan).await
+    }
+
+    /// Stop at once, as a killed process would: the in-flight reconcile is abandoned, a held Lease is not
+    /// released (it expires), open webhook connections are dropped.
+    pub async fn kill(self) {
+        let ShutdownPlan {
+            stop,
+            ready,
+            reconciler,
+            webhooks,
+            ..
+        } = self.plan;
+        ready.set(false);
+        reconciler.abort();
+        webhooks.abort();
+        let _ = reconciler.await;
+        let _ = webhooks.await;
+        // What remains (metrics, health, certificate rotation) has nothing in flight: it ends at once.
+        let _ = stop.send(true);
+    }
+}
+
+/// A spawned task aborted when this guard is dropped (a dropped `JoinHandle` would leave it running).
+pub struct AbortOnDrop<T>(Option<tokio::task::JoinHandle<T>>);
+
+impl<T> AbortOnDrop<T> {
+    pub fn new(task: tokio::task::JoinHandle<T>) -> Self {
+        Self(Some(task))
+    }
+
+    /// The handle, no longer aborted on drop.
+    pub fn disarm(mut self) -> tokio::task::JoinHandle<T> {
+        self.0
+            .take()
+            .expect("the handle is only taken here, which consumes the guard")
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// The `stop` sender of a start in progress: set if the start fails half-way (what was started ends).
+struct StopOnError(Option<watch::Sender<bool>>);
+
+impl StopOnError {
+    fn disarm(mut self) -> watch::Sender<bool> {
+        match self.0.take() {
+            Some(stop) => stop,
+            None => watch::channel(false).0,
+        }
+    }
+}
+
+impl Drop for StopOnError {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.0 {
+            let _ = stop.send(true);
+        }
+    }
+}
+
+/// Run `task` until `stop` resolves.
+async fn until(stop: impl std::future::Future<Output = ()>, task: impl std::future::Future<Output = ()>) {
+    tokio::select! {
+        () = stop => {}
+        () = task => {}
+    }
 }
 
 /// How long the in-flight reconcile and the Lease release may take after SIGTERM (deploy/deployment.yaml's
@@ -387,6 +489,19 @@ pub async fn spawn_reconciler(
     Ok(tokio::spawn(lead_and_reconcile(election, ctx, stop)))
 }
 
+/// 64 random bits from the standard library's per-instance hash keys (no random-number crate needed for an
+/// identity suffix).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
+}
+
 /// Who competes for [`LEADER_LEASE`], and where.
 #[derive(Clone)]
 pub struct LeaderElection {
@@ -401,9 +516,12 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// Compete in `namespace` as this pod (`HOSTNAME`, else a name from the process id).
+    /// Compete in `namespace` as this instance: the pod name (`HOSTNAME`, else a name from the process id)
+    /// and a random suffix, as controller-runtime does, so that a restarted container does not take the
+    /// Lease of the process it replaces for its own before that Lease expires.
     pub fn new(client: kube::Client, namespace: &str, lease_duration: Duration) -> Self {
-        let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
+        let pod = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
+        let identity = format!("{pod}_{:016x}", random_u64());
         Self {
             client,
             namespace: namespace.to_string(),
@@ -430,7 +548,8 @@ impl LeaderElection {
 pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut stop: watch::Receiver<bool>) {
     let (leader_tx, mut leader) = watch::channel(false);
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    let elect = tokio::spawn(elect(election, leader_tx, release_rx));
+    // Aborted with this task: a killed manager must not keep renewing the Lease.
+    let elect = AbortOnDrop::new(tokio::spawn(elect(election, leader_tx, release_rx)));
     loop {
         let won = tokio::select! {
             won = leader.wait_for(|l| *l) => won.is_ok(),
@@ -457,7 +576,7 @@ pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut
     }
     // The reconciler has stopped: hand the Lease over.
     let _ = release_tx.send(());
-    let _ = elect.await;
+    let _ = elect.disarm().await;
 }
 
 /// Keep competing for the Lease, publishing whether we lead, until `release`: then release it if held.

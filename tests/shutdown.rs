@@ -285,15 +285,20 @@ impl Stream {
     }
 }
 
+/// The pod whose manager holds the Lease (the identity is `<HOSTNAME>_<random suffix>`; "" when none).
 async fn holder(client: &kube::Client) -> String {
-    Api::<Lease>::namespaced(client.clone(), NS)
+    let identity = Api::<Lease>::namespaced(client.clone(), NS)
         .get_opt(LEASE)
         .await
         .ok()
         .flatten()
         .and_then(|l| l.spec)
         .and_then(|s| s.holder_identity)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    identity
+        .rsplit_once('_')
+        .map_or(identity.as_str(), |(pod, _)| pod)
+        .to_string()
 }
 
 async fn cr_ready(client: &kube::Client) -> bool {

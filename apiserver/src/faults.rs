@@ -14,15 +14,30 @@ pub struct FaultRule {
     pub verb: Option<String>,
     /// Only requests for this resource plural (e.g. `configmaps`); None = all.
     pub resource: Option<String>,
+    /// Only requests of this user (as the request log names them, e.g. the name given to
+    /// `RunningApiServer::client_as`); None = everyone's.
+    pub user: Option<String>,
 }
 
-#[derive(Default)]
 struct FaultState {
     rules: Vec<FaultRule>,
+    /// Draws which requests fail and which watch events cut (seedable: see [`FaultInjector::seed`]).
+    rng: fastrand::Rng,
     /// Cut every watch stream after this many events.
     cut_after: Option<usize>,
     /// Probability per event of cutting a watch stream.
     cut_probability: f64,
+}
+
+impl Default for FaultState {
+    fn default() -> Self {
+        Self {
+            rules: Vec::new(),
+            rng: fastrand::Rng::new(),
+            cut_after: None,
+            cut_probability: 0.0,
+        }
+    }
 }
 
 /// Handle for injecting faults into a running server. Cheap to clone.
@@ -49,7 +64,13 @@ impl FaultInjector {
             code,
             verb: verb.map(str::to_string),
             resource: resource.map(str::to_string),
+            user: None,
         });
+    }
+    /// Draw the faults from a generator seeded with `seed` (a replayable sequence of draws; which request
+    /// meets which draw still depends on the order requests arrive in).
+    pub fn seed(&self, seed: u64) {
+        self.with(|s| s.rng = fastrand::Rng::with_seed(seed));
     }
     /// Ends every watch stream after `n` delivered events (None disables).
     pub fn cut_watches_after(&self, n: Option<usize>) {
@@ -59,22 +80,27 @@ impl FaultInjector {
     pub fn cut_watches_randomly(&self, probability: f64) {
         self.with(|s| s.cut_probability = probability);
     }
-    /// Removes all rules and watch cutting.
+    /// Removes all rules and watch cutting (the generator keeps its state).
     pub fn clear(&self) {
-        self.with(|s| *s = FaultState::default());
+        self.with(|s| {
+            s.rules.clear();
+            s.cut_after = None;
+            s.cut_probability = 0.0;
+        });
     }
 
     /// Code to fail this request with, if any.
-    pub(crate) fn check(&self, verb: &str, resource: &str) -> Option<u16> {
+    pub(crate) fn check(&self, verb: &str, resource: &str, user: &str) -> Option<u16> {
         self.with(|s| {
-            for r in &s.rules {
-                if r.verb.as_deref().is_some_and(|v| v != verb) {
+            let FaultState { rules, rng, .. } = s;
+            for r in rules.iter() {
+                if r.verb.as_deref().is_some_and(|v| v != verb)
+                    || r.resource.as_deref().is_some_and(|x| x != resource)
+                    || r.user.as_deref().is_some_and(|u| u != user)
+                {
                     continue;
                 }
-                if r.resource.as_deref().is_some_and(|x| x != resource) {
-                    continue;
-                }
-                if r.fraction >= 1.0 || fastrand::f64() < r.fraction {
+                if r.fraction >= 1.0 || rng.f64() < r.fraction {
                     return Some(r.code);
                 }
             }
@@ -85,13 +111,13 @@ impl FaultInjector {
     /// Whether a watch that has sent `sent` events should be cut now.
     pub(crate) fn should_cut(&self, sent: usize) -> bool {
         self.with(|s| {
-            s.cut_after.is_some_and(|n| sent >= n) || (s.cut_probability > 0.0 && fastrand::f64() < s.cut_probability)
+            s.cut_after.is_some_and(|n| sent >= n) || (s.cut_probability > 0.0 && s.rng.f64() < s.cut_probability)
         })
     }
 }
 
 /// One logged request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RequestRecord {
     pub method: String,
     /// Kubernetes verb (get, list, watch, create, update, patch, delete, deletecollection,
@@ -127,6 +153,13 @@ impl RequestLog {
     /// All records so far.
     pub fn entries(&self) -> Vec<RequestRecord> {
         self.entries.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+    /// The records after the first `skip` (for following the log as it grows).
+    pub fn since(&self, skip: usize) -> Vec<RequestRecord> {
+        self.entries
+            .lock()
+            .map(|g| g.get(skip..).map(<[RequestRecord]>::to_vec).unwrap_or_default())
+            .unwrap_or_default()
     }
     /// Records matching a predicate.
     pub fn filter(&self, f: impl Fn(&RequestRecord) -> bool) -> Vec<RequestRecord> {

@@ -106,13 +106,28 @@ impl RunningApiServer {
     }
     /// A kubeconfig (cluster with certificate-authority-data, token user, context).
     pub fn kubeconfig_yaml(&self) -> String {
+        self.kubeconfig_with_token(&self.state.token)
+    }
+    /// A kubeconfig whose token authenticates as `user` (see [`RunningApiServer::client_as`]): what another
+    /// process uses to send requests that the request log records under that name.
+    pub fn kubeconfig_yaml_as(&self, user: &str) -> String {
+        self.kubeconfig_with_token(&self.register_user(user))
+    }
+    fn kubeconfig_with_token(&self, token: &str) -> String {
         use base64::Engine;
         let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: btp-local\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: btp-local\n  user:\n    token: {token}\ncontexts:\n- name: btp-local\n  context:\n    cluster: btp-local\n    user: btp-local\n    namespace: default\ncurrent-context: btp-local\npreferences: {{}}\n",
             url = self.url(),
-            token = self.state.token
         )
+    }
+    /// A new token that authenticates as `user`.
+    fn register_user(&self, user: &str) -> String {
+        let token = crate::util::new_token();
+        if let Ok(mut users) = self.state.users.write() {
+            users.insert(token.clone(), user.to_string());
+        }
+        token
     }
     /// A `kube::Config` ready for `kube::Client::try_from`.
     pub fn kube_config(&self) -> kube::Config {
@@ -130,10 +145,7 @@ impl RunningApiServer {
     /// with a token of its own. The server authorizes every user alike (there is no RBAC); the
     /// request log records who sent each request, so tests can evaluate RBAC rules against it.
     pub fn client_as(&self, user: &str) -> kube::Client {
-        let token = crate::util::new_token();
-        if let Ok(mut users) = self.state.users.write() {
-            users.insert(token.clone(), user.to_string());
-        }
+        let token = self.register_user(user);
         let mut config = self.kube_config();
         config.auth_info.token = Some(token.into());
         match kube::Client::try_from(config) {

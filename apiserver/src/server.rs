@@ -309,7 +309,7 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     rec.subresource = t.sub.clone().unwrap_or_default();
     rec.namespace = t.namespace.clone().unwrap_or_default();
     rec.name = t.name.clone().unwrap_or_default();
-    if let Some(code) = st.faults.check(verb, &t.def.plural) {
+    if let Some(code) = st.faults.check(verb, &t.def.plural, &rec.user) {
         let mut r = fault_error(code).into_response();
         if code == 429 {
             r.headers_mut()

@@ -140,22 +140,7 @@ impl Cluster {
         std::fs::create_dir_all(&dir).expect("temp dir");
         let kubeconfig = dir.join("kubeconfig");
         std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("kubeconfig");
-        for ns in namespaces {
-            let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
-            Api::<Namespace>::all(client.clone())
-                .create(&PostParams::default(), &obj)
-                .await
-                .expect("namespace");
-        }
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
-            .await
-            .expect("BtpOperator CRD");
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/module-resources/apply/crd.yml"))
-            .expect("operand CRDs");
-        for doc in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).expect("CRD YAML") {
-            crds.create(&PostParams::default(), &doc).await.expect("operand CRD");
-        }
+        install(&client, namespaces).await;
         Cluster {
             server,
             client,
@@ -164,35 +149,60 @@ impl Cluster {
         }
     }
 
-    /// The credentials Secret (dummy values) and `kyma-system/btpoperator` with `labels`, created once the
-    /// manager's webhooks answer; returns when the CR is Ready.
+    /// See [`provision`].
     pub async fn provision(&self, labels: std::collections::BTreeMap<String, String>) -> Api<BtpOperator> {
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
-                         "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
-            "stringData": {"clientid": "id", "clientsecret": "secret", "sm_url": "https://sm.example.com",
-                           "tokenurl": "https://auth.example.com", "cluster_id": "cluster-1"}
-        }))
-        .expect("secret");
-        Api::<Secret>::namespaced(self.client.clone(), names::KYMA_SYSTEM)
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("credentials Secret");
-        let crs: Api<BtpOperator> = Api::namespaced(self.client.clone(), names::KYMA_SYSTEM);
-        let mut cr = BtpOperator::new(names::BTP_OPERATOR_NAME);
-        cr.metadata.labels = Some(labels);
-        // The manager's webhooks come up with it: retry the create until they answer.
-        eventually(Duration::from_secs(30), "the CR is created", || async {
-            crs.create(&PostParams::default(), &cr).await.is_ok()
-        })
-        .await;
-        eventually(Duration::from_secs(60), "the CR is Ready", || is_ready(&crs)).await;
-        crs
+        provision(&self.client, labels).await
     }
 
     pub async fn shutdown(self) {
         let _ = std::fs::remove_dir_all(&self.dir);
         self.server.shutdown().await;
+    }
+}
+
+/// The credentials Secret (dummy values) and `kyma-system/btpoperator` with `labels`, created once the
+/// manager's webhooks answer; returns when the CR is Ready.
+pub async fn provision(client: &kube::Client, labels: std::collections::BTreeMap<String, String>) -> Api<BtpOperator> {
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+        "stringData": {"clientid": "id", "clientsecret": "secret", "sm_url": "https://sm.example.com",
+                       "tokenurl": "https://auth.example.com", "cluster_id": "cluster-1"}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("credentials Secret");
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let mut cr = BtpOperator::new(names::BTP_OPERATOR_NAME);
+    cr.metadata.labels = Some(labels);
+    // The manager's webhooks come up with it: retry the create until they answer.
+    eventually(Duration::from_secs(30), "the CR is created", || async {
+        crs.create(&PostParams::default(), &cr).await.is_ok()
+    })
+    .await;
+    eventually(Duration::from_secs(60), "the CR is Ready", || is_ready(&crs)).await;
+    crs
+}
+
+/// Create `namespaces`, the BtpOperator CRD and the operand's CRDs (ServiceInstance, ServiceBinding).
+pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item = String>) {
+    for ns in namespaces {
+        let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("namespace");
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
+        .await
+        .expect("BtpOperator CRD");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/module-resources/apply/crd.yml"))
+        .expect("operand CRDs");
+    for doc in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).expect("CRD YAML") {
+        crds.create(&PostParams::default(), &doc).await.expect("operand CRD");
     }
 }
 
@@ -203,4 +213,139 @@ pub async fn is_ready(crs: &Api<BtpOperator>) -> bool {
         .ok()
         .and_then(|c| c.status)
         .is_some_and(|s| s.state == btp_api::State::Ready)
+}
+
+pub mod dataset;
+
+/// Force one reconcile of `kyma-system/btpoperator` (the `operation: reconcile` annotation) and wait until
+/// the manager has consumed the annotation (it removes it when the pass is over).
+pub async fn force_reconcile(crs: &Api<BtpOperator>) {
+    use kube::api::{Patch, PatchParams};
+    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
+    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate the CR");
+    eventually(Duration::from_secs(10), "the forced reconcile ran", || async {
+        crs.get(names::BTP_OPERATOR_NAME).await.is_ok_and(|c| {
+            !c.metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key(names::OPERATION_ANNOTATION)
+        })
+    })
+    .await;
+}
+
+/// The manager's reconcile-time histogram in its `/metrics` text: (sum of seconds, count).
+pub fn reconcile_time(metrics: &str) -> (f64, f64) {
+    let prefix = "controller_runtime_reconcile_time_seconds_";
+    (
+        metric(metrics, &format!("{prefix}sum{{")),
+        metric(metrics, &format!("{prefix}count{{")),
+    )
+}
+
+/// Reconciles the manager counted as errors, from its `/metrics` text.
+pub fn reconcile_errors(metrics: &str) -> f64 {
+    metric(
+        metrics,
+        "controller_runtime_reconcile_total{controller=\"btpoperator\",result=\"error\"}",
+    )
+}
+
+/// The embedded API server as its own process (the `serve` example of btp-apiserver), with the
+/// Deployment controller it plays, a kubeconfig for an admin and one for the manager's user, and its
+/// request log as JSON lines (the audit log of a real API server). Killed when dropped.
+pub struct ServerProcess {
+    child: Child,
+    /// The admin's kubeconfig.
+    pub kubeconfig: std::path::PathBuf,
+    /// A kubeconfig that authenticates as the manager's user (its requests are logged under that name).
+    pub manager_kubeconfig: std::path::PathBuf,
+    audit_log: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The user the manager's kubeconfig of [`ServerProcess`] authenticates as.
+pub const MANAGER_USER: &str = "system:serviceaccount:kyma-system:btp-manager";
+
+/// The `serve` example binary next to the binaries of this build, built first if it is not there yet
+/// (`cargo bench` and `cargo test --test X` do not build the examples of other packages).
+fn serve_example() -> std::path::PathBuf {
+    let manager = std::path::Path::new(env!("CARGO_BIN_EXE_btp-manager"));
+    let dir = manager.parent().expect("the binary has a directory");
+    let serve = dir.join("examples").join("serve");
+    if !serve.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--locked", "-p", "btp-apiserver", "--example", "serve"]);
+        if dir.ends_with("release") {
+            build.arg("--release");
+        }
+        let status = build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo to build the serve example");
+        assert!(status.success(), "building the serve example failed");
+    }
+    serve
+}
+
+impl ServerProcess {
+    pub async fn start(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("btp-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let kubeconfig = dir.join("admin.kubeconfig");
+        let manager_kubeconfig = dir.join("manager.kubeconfig");
+        let audit_log = dir.join("audit.jsonl");
+        let child = Command::new(serve_example())
+            .arg(&kubeconfig)
+            .arg("--as")
+            .arg(format!("{MANAGER_USER}={}", manager_kubeconfig.display()))
+            .arg("--audit-log")
+            .arg(&audit_log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the serve example");
+        let server = ServerProcess {
+            child,
+            kubeconfig,
+            manager_kubeconfig,
+            audit_log,
+            dir,
+        };
+        // The audit log is opened after both kubeconfigs are written, and the server listens by then.
+        eventually(Duration::from_secs(30), "the API server process is up", || async {
+            server.audit_log.exists()
+        })
+        .await;
+        server
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("the admin kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("a usable kubeconfig");
+        kube::Client::try_from(config).expect("a client")
+    }
+
+    /// Every request the server has logged so far (the log is written every 50 ms).
+    pub fn requests(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.audit_log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
 }

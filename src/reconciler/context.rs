@@ -5,7 +5,10 @@ use super::metrics::ReconcileMetrics;
 use super::resources::ModuleResources;
 use crate::config::Config;
 use btp_api::BtpOperator;
+use k8s_openapi::api::core::v1::Secret;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
 use kube::Resource as _;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -41,6 +44,9 @@ pub struct Context {
     /// When the retry of a failed reconcile is due; until then, changes of secondary objects do not
     /// bring the CR back (a failing pass that restores the operand would otherwise trigger itself).
     retry_at: Mutex<Option<Instant>>,
+    /// The operand Secrets we created, anywhere in the cluster (metadata only), kept by a watch that
+    /// `controller::run` starts: drift reads them on every pass without a cluster-wide list.
+    operand_secrets: RwLock<Option<Store<PartialObjectMeta<Secret>>>>,
 }
 
 /// When the hard delete of one CR incarnation began, and whether it was given up (soft delete instead).
@@ -89,7 +95,27 @@ impl Context {
             deleting: AtomicBool::new(false),
             failures: AtomicU32::new(0),
             retry_at: Mutex::new(None),
+            operand_secrets: RwLock::new(None),
         }
+    }
+
+    /// Keep the operand Secrets in `store` from now on (see [`Context::operand_secrets`]).
+    pub fn set_operand_secrets(&self, store: Store<PartialObjectMeta<Secret>>) {
+        match self.operand_secrets.write() {
+            Ok(mut s) => *s = Some(store),
+            Err(s) => *s.into_inner() = Some(store),
+        }
+    }
+
+    /// The operand Secrets' store once its first list has completed; None before (or without a watch):
+    /// then the caller lists them itself.
+    pub fn operand_secrets(&self) -> Option<Store<PartialObjectMeta<Secret>>> {
+        use futures::FutureExt as _;
+        let store = match self.operand_secrets.read() {
+            Ok(s) => s.clone(),
+            Err(s) => s.into_inner().clone(),
+        }?;
+        matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))).then_some(store)
     }
 
     /// Install these network policies (unless a CR disables them).

@@ -169,6 +169,28 @@ async fn follow_config(
     }
 }
 
+/// Keep the context's store of operand Secrets (metadata only, only ours, in every namespace) current,
+/// as the Go manager's label-filtered informer cache does: drift reads it on every pass, and a pass then
+/// costs nothing that grows with the cluster's other Secrets.
+async fn keep_operand_secrets(ctx: Arc<Context>) {
+    let selector = super::cluster::operand_secrets_selector();
+    let config = watcher::Config::default()
+        .labels(selector.label_selector.as_deref().unwrap_or_default())
+        .fields(selector.field_selector.as_deref().unwrap_or_default());
+    let (store, writer) = kube::runtime::reflector::store();
+    ctx.set_operand_secrets(store);
+    watcher::watcher(Api::<PartialObjectMeta<Secret>>::all(ctx.client.clone()), config)
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|event| {
+            if let Err(e) = event {
+                tracing::debug!(error = %e, "operand Secrets watch");
+            }
+            std::future::ready(())
+        })
+        .await;
+}
+
 /// Deletions of `kind` (ServiceInstance or ServiceBinding), as triggers while the CR is being deleted.
 /// Metadata only, and nothing is stored: 10,000 of them cost a few pages of listing, not memory. After every
 /// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The CRDs come
@@ -258,8 +280,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     }
     ctx.set_config(config.clone());
     let (trigger, triggered) = futures::channel::mpsc::unbounded();
-    let config_task = tokio::spawn(follow_config(ctx.clone(), flags, trigger));
+    // Ends with this controller, however it ends (a dropped future included).
+    let _config_task = crate::app::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags, trigger)));
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let _operand_secrets = crate::app::AbortOnDrop::new(tokio::spawn(keep_operand_secrets(ctx.clone())));
 
     // The CR, without the updates that change only its status: the manager's own status writes must not
     // bring it back (that would bypass the error backoff: a failing pass that reports its failure would
@@ -319,7 +343,6 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             }
         })
         .await;
-    config_task.abort();
 }
 
 #[cfg(test)]

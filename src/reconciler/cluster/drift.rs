@@ -12,6 +12,18 @@ use kube::ResourceExt as _;
 use serde_json::json;
 use std::collections::BTreeMap;
 
+/// The operand Secrets we created, in every namespace: labelled managed-by=btp-manager and named
+/// [`drift::OPERAND_SECRET`].
+pub fn operand_secrets_selector() -> ListParams {
+    ListParams::default()
+        .labels(&format!(
+            "{}={}",
+            names::MANAGED_BY_LABEL,
+            names::MANAGED_BY_BTP_MANAGER
+        ))
+        .fields(&format!("metadata.name={}", drift::OPERAND_SECRET))
+}
+
 /// What [`Cluster::observe_drift`] saw, with the operand pod's name for a delete.
 pub struct DriftObservation {
     /// The observation the decisions take.
@@ -21,17 +33,18 @@ pub struct DriftObservation {
 }
 
 impl Cluster<'_> {
-    /// Namespaces holding an operand Secret we created (labelled managed-by=btp-manager).
+    /// Namespaces holding an operand Secret we created (labelled managed-by=btp-manager): from the watched
+    /// store when it is ready (no request), else by a cluster-wide list.
     pub async fn operand_secret_namespaces(&self) -> Result<Vec<String>, crate::reconciler::error::ApiError> {
-        let list = ListParams::default()
-            .labels(&format!(
-                "{}={}",
-                names::MANAGED_BY_LABEL,
-                names::MANAGED_BY_BTP_MANAGER
-            ))
-            .fields(&format!("metadata.name={}", drift::OPERAND_SECRET));
+        if let Some(store) = self.ctx.operand_secrets() {
+            return Ok(store
+                .state()
+                .iter()
+                .filter_map(|s| s.metadata.namespace.clone())
+                .collect());
+        }
         let secrets = Api::<Secret>::all(self.client())
-            .list_metadata(&list)
+            .list_metadata(&operand_secrets_selector())
             .await
             .map_err(api_err("listing operand Secrets"))?;
         Ok(secrets.items.into_iter().filter_map(|s| s.metadata.namespace).collect())

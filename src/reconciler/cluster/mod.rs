@@ -7,7 +7,7 @@ mod removal;
 mod services;
 
 pub use apply::ApplyError;
-pub use drift::DriftObservation;
+pub use drift::{operand_secrets_selector, DriftObservation};
 pub use services::{services_resource, Counts, SERVICE_BINDING, SERVICE_INSTANCE};
 
 use super::context::Context;

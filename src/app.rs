@@ -594,7 +594,7 @@ async fn elect(
     let leases: kube::Api<Lease> = kube::Api::namespaced(election.client.clone(), &election.namespace);
     let by_name = watcher::Config::default().fields(&format!("metadata.name={LEADER_LEASE}"));
     let mut released = watcher(leases, by_name)
-        .default_backoff()
+        .backoff(crate::watch_backoff::WatchBackoff::default())
         .applied_objects()
         .filter_map(|lease| async move {
             let lease = lease.ok()?;

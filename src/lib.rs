@@ -7,7 +7,7 @@
 //! - `embedded`: the operand's manifests built into the binary (the default module resources).
 //! - `local`: `btp-manager local`, everything against the embedded API server.
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
-//! - `ops`: metrics and health endpoints; `telemetry`: logging.
+//! - `ops`: metrics and health endpoints; `telemetry`: logging; `watch_backoff`: how watches retry.
 
 pub mod app;
 pub mod cli;
@@ -18,6 +18,7 @@ pub mod objects;
 pub mod ops;
 pub mod reconciler;
 pub mod telemetry;
+pub mod watch_backoff;
 pub mod webhook_certs;
 
 /// The configuration of this crate's property tests: `default_cases` cases unless `PROPTEST_CASES` says

@@ -199,7 +199,7 @@ impl WebhookCerts {
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.secret_name));
         // With backoff: a lost API server must not turn this into a busy loop.
         let secret_changes = watcher(self.secrets.clone(), config)
-            .default_backoff()
+            .backoff(crate::watch_backoff::WatchBackoff::default())
             .map(|e| e.map(|_| ()));
         // Our webhook configurations: a wiped or foreign caBundle is put back at once.
         let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -207,13 +207,13 @@ impl WebhookCerts {
             Api::<ValidatingWebhookConfiguration>::all(self.client.clone()),
             by_name(names::webhook::VALIDATING_CONFIGURATION),
         )
-        .default_backoff()
+        .backoff(crate::watch_backoff::WatchBackoff::default())
         .map(|e| e.map(|_| ()));
         let mutating = watcher(
             Api::<MutatingWebhookConfiguration>::all(self.client.clone()),
             by_name(names::webhook::MUTATING_CONFIGURATION),
         )
-        .default_backoff()
+        .backoff(crate::watch_backoff::WatchBackoff::default())
         .map(|e| e.map(|_| ()));
         let mut changes =
             futures::stream::select(secret_changes, futures::stream::select(validating, mutating)).boxed();

@@ -154,6 +154,14 @@ impl RequestLog {
     pub fn entries(&self) -> Vec<RequestRecord> {
         self.entries.lock().map(|g| g.clone()).unwrap_or_default()
     }
+    /// How many records there are.
+    pub fn len(&self) -> usize {
+        self.entries.lock().map(|g| g.len()).unwrap_or_default()
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// The records after the first `skip` (for following the log as it grows).
     pub fn since(&self, skip: usize) -> Vec<RequestRecord> {
         self.entries

@@ -5,6 +5,7 @@ use super::context::Context;
 use super::error::ReconcileError;
 use super::{network_policies, requeue, resources};
 use crate::config::Config;
+use crate::watch_backoff::WatchBackoff;
 use btp_api::{names, BtpOperator};
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
@@ -15,11 +16,9 @@ use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt as _;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The key every secondary watch maps to.
 pub fn the_cr() -> ObjectRef<BtpOperator> {
@@ -103,7 +102,7 @@ async fn follow_config(
         watcher::Config::default().fields(&format!("metadata.name={}", running.config_name)),
     )
     // With backoff: a lost API server must not turn this into a busy loop.
-    .default_backoff()
+    .backoff(WatchBackoff::default())
     .boxed();
     let mut logged = std::collections::BTreeSet::new();
     // The last value of each key that applied, for a later invalid one.
@@ -180,7 +179,7 @@ async fn keep_operand_secrets(ctx: Arc<Context>) {
     let (store, writer) = kube::runtime::reflector::store();
     ctx.set_operand_secrets(store);
     watcher::watcher(Api::<PartialObjectMeta<Secret>>::all(ctx.client.clone()), config)
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .reflect(writer)
         .for_each(|event| {
             if let Err(e) = event {
@@ -194,7 +193,7 @@ async fn keep_operand_secrets(ctx: Arc<Context>) {
 /// Deletions of `kind` (ServiceInstance or ServiceBinding), as triggers while the CR is being deleted.
 /// Metadata only, and nothing is stored: 10,000 of them cost a few pages of listing, not memory. After every
 /// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The CRDs come
-/// with the operand, so the watch retries quickly (at most every 2 s) until they exist.
+/// with the operand, so the watch retries quickly ([`WatchBackoff`]) until they exist.
 fn service_deletions(
     ctx: Arc<Context>,
     kind: &'static str,
@@ -202,7 +201,7 @@ fn service_deletions(
     let api: Api<PartialObjectMeta<DynamicObject>> =
         Api::all_with(ctx.client.clone(), &super::cluster::services_resource(kind));
     watcher::watcher(api, watcher::Config::default())
-        .backoff(QuickRetry::default())
+        .backoff(WatchBackoff::default())
         .filter_map(move |event| {
             let wake = match event {
                 Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting() && !ctx.backing_off(),
@@ -214,27 +213,6 @@ fn service_deletions(
             };
             std::future::ready(wake.then(the_cr))
         })
-}
-
-/// Retries of the ServiceInstance/ServiceBinding watches: 250 ms doubling to at most 2 s (a missing CRD
-/// is the normal case until the operand is installed, and must not delay the first deletion for long).
-#[derive(Default)]
-struct QuickRetry(u32);
-
-impl Iterator for QuickRetry {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let delay = Duration::from_millis(250).saturating_mul(1 << self.0.min(3));
-        self.0 = self.0.saturating_add(1);
-        Some(delay.min(Duration::from_secs(2)))
-    }
-}
-
-impl Backoff for QuickRetry {
-    fn reset(&mut self) {
-        self.0 = 0;
-    }
 }
 
 /// The mapper of a secondary watch: any change brings the CR back, except while a failed pass waits for
@@ -290,11 +268,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     // otherwise run again at once, forever).
     let (reader, writer) = kube::runtime::reflector::store();
     let crs = watcher::watcher(Api::<BtpOperator>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(everything_but_status, kube::runtime::PredicateConfig::default());
     Controller::for_stream(crs, reader)
+        // The secondary watches share one backoff (kube's default would stretch every pause to 30 s).
+        .trigger_backoff(WatchBackoff::default())
         .watches(
             Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
             by_name(&config.secret_name),

@@ -111,8 +111,8 @@ impl Cluster<'_> {
         for obj in &module.delete {
             let (api, name) = self.dynamic_api(obj);
             let kind = obj["kind"].as_str().unwrap_or("");
-            let deleted = api
-                .delete(&name, &DeleteParams::default())
+            let params = DeleteParams::default();
+            let deleted = retrying(|| api.delete(&name, &params))
                 .await
                 .map_err(api_err(format!("deleting outdated {kind} {name}")));
             if let Err(e) = ignoring_not_found(deleted) {
@@ -144,8 +144,7 @@ impl Cluster<'_> {
         let read = |name: &'static str| {
             let secrets = secrets.clone();
             async move {
-                secrets
-                    .get_opt(name)
+                retrying(|| secrets.get_opt(name))
                     .await
                     .map(|s| s.as_ref().map(crate::objects::secret_data))
                     .map_err(api_err(format!("reading Secret {name}")))

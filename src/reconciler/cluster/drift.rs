@@ -1,7 +1,7 @@
 //! Reading what credentials drift needs and carrying out its actions (the decisions are in
 //! `reconciler::drift`). Read failures map to the reasons the status contract names for them.
 
-use super::Cluster;
+use super::{retrying, Cluster};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::drift;
 use crate::reconciler::error::{api_err, report, Stop};
@@ -43,8 +43,8 @@ impl Cluster<'_> {
                 .filter_map(|s| s.metadata.namespace.clone())
                 .collect());
         }
-        let secrets = Api::<Secret>::all(self.client())
-            .list_metadata(&operand_secrets_selector())
+        let (secrets, selector) = (Api::<Secret>::all(self.client()), operand_secrets_selector());
+        let secrets = retrying(|| secrets.list_metadata(&selector))
             .await
             .map_err(api_err("listing operand Secrets"))?;
         Ok(secrets.items.into_iter().filter_map(|s| s.metadata.namespace).collect())
@@ -60,8 +60,8 @@ impl Cluster<'_> {
             .operand_secret_namespaces()
             .await
             .map_err(report(Reason::GettingDefaultCredentialsSecretFailed))?;
-        let configmap = Api::<ConfigMap>::namespaced(self.client(), &self.config.chart_namespace)
-            .get_opt(drift::OPERAND_CONFIGMAP)
+        let configmaps = Api::<ConfigMap>::namespaced(self.client(), &self.config.chart_namespace);
+        let configmap = retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP))
             .await
             .map_err(api_err(format!("reading ConfigMap {}", drift::OPERAND_CONFIGMAP)))
             .map_err(report(Reason::GettingSapBtpServiceOperatorConfigMapFailed))?;
@@ -77,8 +77,8 @@ impl Cluster<'_> {
             operand_pod_ready: None,
         };
         let namespace = drift::operand_namespace(credentials, &observed);
-        let clusterid = Api::<Secret>::namespaced(self.client(), &namespace)
-            .get_opt(drift::CLUSTER_ID_SECRET)
+        let secrets = Api::<Secret>::namespaced(self.client(), &namespace);
+        let clusterid = retrying(|| secrets.get_opt(drift::CLUSTER_ID_SECRET))
             .await
             .map_err(api_err(format!(
                 "reading Secret {namespace}/{}",
@@ -94,8 +94,11 @@ impl Cluster<'_> {
                 .unwrap_or_default()
         });
         let selector = format!("{}={}", drift::OPERAND_POD_LABEL, drift::OPERAND_POD_LABEL_VALUE);
-        let pods = Api::<Pod>::namespaced(self.client(), &self.config.chart_namespace)
-            .list(&ListParams::default().labels(&selector))
+        let (pods, params) = (
+            Api::<Pod>::namespaced(self.client(), &self.config.chart_namespace),
+            ListParams::default().labels(&selector),
+        );
+        let pods = retrying(|| pods.list(&params))
             .await
             .map_err(api_err("listing operand pods"))
             .map_err(report(Reason::ResourceRemovalFailed))?;
@@ -141,8 +144,8 @@ impl Cluster<'_> {
         if !annotations.is_empty() {
             let secrets: Api<Secret> = Api::namespaced(self.client(), &self.config.chart_namespace);
             let patch = json!({"metadata": {"annotations": annotations}});
-            secrets
-                .patch(&self.config.secret_name, &PatchParams::default(), &Patch::Merge(&patch))
+            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+            retrying(|| secrets.patch(&self.config.secret_name, &params, &patch))
                 .await
                 .map_err(api_err("annotating the required Secret"))
                 .map_err(report(Reason::AnnotatingSecretFailed))?;

@@ -142,8 +142,9 @@ impl<'a> Cluster<'a> {
     pub async fn remove_operation_annotation(&self, cr: &BtpOperator) -> Result<(), ApiError> {
         let patch = json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}});
         let api: Api<BtpOperator> = Api::namespaced(self.client(), &cr.namespace().unwrap_or_default());
+        let (name, params, patch) = (cr.name_any(), PatchParams::default(), Patch::Merge(&patch));
         ignoring_not_found(
-            api.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            retrying(|| api.patch(&name, &params, &patch))
                 .await
                 .map_err(api_err("removing the operation annotation")),
         )
@@ -166,8 +167,8 @@ impl<'a> Cluster<'a> {
 
     /// The required credentials Secret, if it exists.
     pub async fn required_secret(&self) -> Result<Option<Secret>, ApiError> {
-        Api::<Secret>::namespaced(self.client(), &self.config.chart_namespace)
-            .get_opt(&self.config.secret_name)
+        let secrets = Api::<Secret>::namespaced(self.client(), &self.config.chart_namespace);
+        retrying(|| secrets.get_opt(&self.config.secret_name))
             .await
             .map_err(api_err(format!(
                 "reading Secret {}/{}",
@@ -177,8 +178,8 @@ impl<'a> Cluster<'a> {
 
     /// The operand Deployment, if it exists.
     pub async fn operand_deployment(&self) -> Result<Option<Deployment>, ApiError> {
-        Api::<Deployment>::namespaced(self.client(), &self.config.chart_namespace)
-            .get_opt(&self.config.deployment_name)
+        let deployments = Api::<Deployment>::namespaced(self.client(), &self.config.chart_namespace);
+        retrying(|| deployments.get_opt(&self.config.deployment_name))
             .await
             .map_err(api_err("reading the operand Deployment"))
     }

@@ -297,6 +297,13 @@ impl<T> AbortOnDrop<T> {
         Self(Some(task))
     }
 
+    /// The handle, to await (still aborted when the guard is dropped).
+    pub fn handle(&mut self) -> &mut tokio::task::JoinHandle<T> {
+        self.0
+            .as_mut()
+            .expect("the handle is only taken by disarm, which consumes the guard")
+    }
+
     /// The handle, no longer aborted on drop.
     pub fn disarm(mut self) -> tokio::task::JoinHandle<T> {
         self.0
@@ -370,9 +377,11 @@ async fn shut_down(plan: ShutdownPlan) -> anyhow::Result<()> {
     let started = tokio::time::Instant::now();
     tracing::info!(drain_delay = ?drain_delay, "shutdown requested: not ready; webhooks keep serving through the drain delay");
     let reconciler = async move {
-        match tokio::time::timeout(RECONCILER_STOP_BUDGET, reconciler).await {
+        let mut reconciler = AbortOnDrop::new(reconciler);
+        match tokio::time::timeout(RECONCILER_STOP_BUDGET, reconciler.handle()).await {
             Ok(_) => tracing::info!(after = ?started.elapsed(), "reconciler stopped (lease released if held)"),
-            Err(_) => tracing::warn!(budget = ?RECONCILER_STOP_BUDGET, "reconciler did not stop in time"),
+            // Dropping the guard aborts it: it must not go on (holding the Lease) after we said it stopped.
+            Err(_) => tracing::warn!(budget = ?RECONCILER_STOP_BUDGET, "reconciler did not stop in time; aborted"),
         }
     };
     let drain = async move {
@@ -558,6 +567,10 @@ pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut
         if !won {
             // The election task ended (it only does when told to): wait for the stop.
             let _ = stop.wait_for(|s| *s).await;
+            break;
+        }
+        if *stop.borrow() {
+            // Won just as the shutdown came: there is nothing to start.
             break;
         }
         tracing::info!("leading: reconciling");

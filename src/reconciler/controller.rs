@@ -15,10 +15,11 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The key every secondary watch maps to.
 pub fn the_cr() -> ObjectRef<BtpOperator> {
@@ -239,6 +240,7 @@ pub fn everything_but_status(cr: &BtpOperator) -> Option<u64> {
 
 /// Run the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    use futures::FutureExt as _;
     let flags = ctx.config();
     let client = ctx.client.clone();
     let config = startup_config(&client, &flags).await;
@@ -267,12 +269,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     // bring it back (that would bypass the error backoff: a failing pass that reports its failure would
     // otherwise run again at once, forever).
     let (reader, writer) = kube::runtime::reflector::store();
+    let crs_ready = reader.clone();
+    let shutdown = shutdown.shared();
     let crs = watcher::watcher(Api::<BtpOperator>::all(client.clone()), watcher::Config::default())
         .backoff(WatchBackoff::default())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(everything_but_status, kube::runtime::PredicateConfig::default());
-    Controller::for_stream(crs, reader)
+    let controller = Controller::for_stream(crs, reader)
         // The secondary watches share one backoff (kube's default would stretch every pause to 30 s).
         .trigger_backoff(WatchBackoff::default())
         .watches(
@@ -315,14 +319,34 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
         .reconcile_on(triggered)
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(super::reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = controller => {}
+        () = give_up_waiting(shutdown, crs_ready) => {}
+    }
+}
+
+/// How long a graceful shutdown may let the in-flight reconcile run before it is dropped.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Resolves when waiting any longer for the controller's graceful shutdown is pointless: at once when the
+/// shutdown came before the CRs were first listed (nothing can be in flight then, and kube's controller,
+/// which holds reconciles until that list, would wait for it forever), else after [`SHUTDOWN_GRACE`].
+async fn give_up_waiting(shutdown: impl std::future::Future<Output = ()>, crs_ready: Store<BtpOperator>) {
+    use futures::FutureExt as _;
+    shutdown.await;
+    if !matches!(crs_ready.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        tracing::debug!("stopped before the first list of BtpOperators: nothing was in flight");
+        return;
+    }
+    tokio::time::sleep(SHUTDOWN_GRACE).await;
+    tracing::warn!(grace = ?SHUTDOWN_GRACE, "the in-flight reconcile did not finish in time; it is abandoned");
 }
 
 #[cfg(test)]

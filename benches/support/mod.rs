@@ -2,6 +2,8 @@
 //! against a kubeconfig), its peak memory and CPU time, its metrics, and a deadline-bounded wait.
 #![allow(dead_code)]
 
+pub mod summary;
+
 use btp_api::{names, BtpOperator};
 use btp_manager::reconciler::resources;
 use k8s_openapi::api::core::v1::{Namespace, Secret};

@@ -219,7 +219,11 @@ async fn main() -> ExitCode {
     println!("namespace deletion with 10,000 ConfigMaps: {deleted:?} until gone (of which {delay:?} is the termination delay)");
     summary.figure(
         "namespace deletion with 10,000 ConfigMaps, until gone",
-        &format!("{} (including the {} termination delay)", ms(deleted), ms(delay)),
+        &format!(
+            "{} (including the {} ms termination delay)",
+            ms(deleted),
+            delay.as_millis()
+        ),
     );
     srv.shutdown().await;
     summary.exit_code()

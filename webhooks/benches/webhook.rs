@@ -191,6 +191,13 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
+fn protocol_name(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Http1 => "HTTP/1.1",
+        Protocol::Http2 => "HTTP/2",
+    }
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
@@ -516,12 +523,15 @@ fn main() -> ExitCode {
     let handler_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     println!("webhook/decode+validate+encode (no I/O): {handler_us:.1} µs per review");
     if std::env::var("BTP_BENCH_MODE").as_deref() == Ok("hostile") {
-        let mut summary = Summary::from_env(format!("webhook under hostile clients ({protocol:?} over TLS)"));
+        let mut summary = Summary::from_env(format!(
+            "webhook under hostile clients ({} over TLS)",
+            protocol_name(protocol)
+        ));
         let server = start_server();
         hostile_mode(&server, rate, secs, protocol, &mut summary);
         return summary.exit_code();
     }
-    let mut summary = Summary::from_env(format!("webhook ({protocol:?} over TLS, loopback)"));
+    let mut summary = Summary::from_env(format!("webhook ({} over TLS, loopback)", protocol_name(protocol)));
     summary.figure(
         "CPU per review, handler alone (decode, validate, encode; no I/O)",
         &format!("{handler_us:.1} µs"),

@@ -12,17 +12,20 @@
 //! 2. soft delete: the same when the operand never removes its finalizers (`--hard-delete-timeout 1s`, so
 //!    the time includes that second).
 //!
-//! Run: `cargo bench -p btp-manager --bench deprovisioning`.
+//! Run: `cargo bench -p btp-manager --bench deprovisioning`. With `BTP_BENCH_SUMMARY` set, the figures are
+//! also appended to that file for `scripts/bench`'s table.
 
 #[path = "../tests/common/operand.rs"]
 mod operand;
 mod support;
 
+use support::summary::Summary;
 use support::{env_usize, eventually, Cluster, Manager};
 
 use btp_api::names;
 use futures::{StreamExt as _, TryStreamExt as _};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 /// One run: returns (time from delete to gone, manager peak RSS in MiB, manager CPU seconds during the
@@ -106,7 +109,7 @@ async fn run(services: usize, namespaces: usize, operand_removes_finalizers: boo
     (took, rss, cpu)
 }
 
-fn main() {
+fn main() -> ExitCode {
     let services = env_usize("BTP_BENCH_SERVICES", 10_000);
     let namespaces = env_usize("BTP_BENCH_NAMESPACES", 100).max(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -130,4 +133,25 @@ fn main() {
         soft_cpu,
         soft_rss
     );
+    let mut summary = Summary::from_env(format!(
+        "force-delete, {services} ServiceInstances + {services} ServiceBindings in {namespaces} namespaces"
+    ));
+    for (mode, took, rss, cpu) in [
+        ("hard delete (operand removes its finalizers)", hard, hard_rss, hard_cpu),
+        (
+            "soft delete (finalizers stay; HardDeleteTimeout 1 s)",
+            soft,
+            soft_rss,
+            soft_cpu,
+        ),
+    ] {
+        summary.figure(
+            &format!("{mode}: delete to CR gone"),
+            &format!(
+                "{:.2} s (manager CPU {cpu:.2} s, manager peak RSS {rss:.1} MiB)",
+                took.as_secs_f64()
+            ),
+        );
+    }
+    summary.exit_code()
 }

@@ -8,7 +8,11 @@
 //! 3. the performance scenario (docs/behaviour.md#performance-scenario): 20 rapid `sm_url` edits of the Secret, then 10
 //!    delete/re-create cycles, reading the average reconcile time and the error count from `/metrics`.
 //!
-//! Run: `cargo bench -p btp-manager --bench provisioning`.
+//! Run: `cargo bench -p btp-manager --bench provisioning`. With `BTP_BENCH_SUMMARY` set, the figures are
+//! also appended to that file for `scripts/bench`'s table.
+
+#[path = "support/summary.rs"]
+mod summary;
 
 use btp_api::{names, BtpOperator, State};
 use btp_manager::config::Config;
@@ -20,6 +24,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use prometheus_client::registry::Registry;
 use std::path::Path;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -132,7 +137,8 @@ async fn wait_reconciles(ctx: &Context, at_least: u64) {
     }
 }
 
-fn main() {
+fn main() -> ExitCode {
+    let mut summary = summary::Summary::from_env("provisioning (embedded API server, manager in-process)");
     let iters: usize = std::env::var("BTP_BENCH_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -157,6 +163,10 @@ fn main() {
             ms(times[0]),
             ms(times[times.len() - 1])
         );
+        summary.figure(
+            &format!("CR to Ready (median of {iters})"),
+            &format!("{} (p90 {})", ms(percentile(&times, 0.5)), ms(percentile(&times, 0.9))),
+        );
 
         // 2. One steady-state reconcile (periodic requeue, nothing to change).
         let s = setup(Config { ready_state_requeue_interval: Duration::from_millis(300), ..Config::default() }).await;
@@ -174,6 +184,16 @@ fn main() {
             entries.len() as f64 / 5.0,
             writes,
             entries.len()
+        );
+        summary.against(
+            "writes per steady-state reconcile (requests that changed a resourceVersion)",
+            &format!("{:.1} ({writes} in 5 reconciles)", writes as f64 / 5.0),
+            "0 (a steady state writes nothing)",
+            writes == 0,
+        );
+        summary.figure(
+            "API requests per steady-state reconcile",
+            &format!("{:.1}", entries.len() as f64 / 5.0),
         );
         drop(s);
 
@@ -205,11 +225,25 @@ fn main() {
         let sum = metric(&text, "controller_runtime_reconcile_time_seconds_sum{controller=\"btpoperator\"} ");
         let count = metric(&text, "controller_runtime_reconcile_time_seconds_count{controller=\"btpoperator\"} ");
         let errors = metric(&text, "controller_runtime_reconcile_total{controller=\"btpoperator\",result=\"error\"} ");
+        let average = (count > 0.0).then(|| Duration::from_secs_f64(sum / count));
         println!(
             "provisioning/reference perf scenario: {} reconciles, average {} per reconcile, {} errors",
             count,
-            ms(Duration::from_secs_f64(if count > 0.0 { sum / count } else { 0.0 })),
+            average.map_or_else(|| "(none)".to_string(), ms),
             errors
         );
+        summary.against(
+            "performance scenario (reference §16.4: 20 sm_url edits, 10 Secret re-creations): average reconcile time",
+            &format!("{} over {count} reconciles", average.map_or_else(|| "no reconcile".to_string(), ms)),
+            "at most 5 s",
+            average.is_some_and(|a| a <= Duration::from_secs(5)),
+        );
+        summary.against(
+            "performance scenario (reference §16.4): reconciles that ended in error",
+            &format!("{errors}"),
+            "0",
+            errors == 0.0,
+        );
     });
+    summary.exit_code()
 }

@@ -6,28 +6,34 @@
 //! Targets: forced reconciles under 50 ms on average, peak RSS under 40 MiB.
 //!
 //! `BTP_BENCH_SCALE` (default 1.0) scales every count; `BTP_BENCH_RECONCILES` (default 20) sets how many
-//! forced reconciles are timed. Run: `cargo bench -p btp-manager --bench stress`.
+//! forced reconciles are timed. Run: `cargo bench -p btp-manager --bench stress`. With `BTP_BENCH_SUMMARY`
+//! set, the figures are also appended to that file for `scripts/bench`'s table.
 
 #[path = "../tests/common/operand.rs"]
 mod operand;
 mod support;
 
+use std::process::ExitCode;
 use std::time::Instant;
 use support::dataset::{self, Sizes};
+use support::summary::Summary;
 use support::{env_usize, force_reconcile, is_ready, reconcile_errors, reconcile_time, Cluster, Manager};
 
-async fn run() {
+fn scale() -> f64 {
+    std::env::var("BTP_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0)
+}
+
+async fn run(summary: &mut Summary) {
     let namespaces = [btp_api::names::KYMA_SYSTEM].into_iter().chain(dataset::NAMESPACES);
     let cluster = Cluster::start("stress", namespaces.map(String::from)).await;
     let client = cluster.client.clone();
 
     // The dataset.
     let started = Instant::now();
-    let scale = std::env::var("BTP_BENCH_SCALE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1.0);
-    let sizes = Sizes::scaled(scale);
+    let sizes = Sizes::scaled(scale());
     dataset::create(&client, sizes).await.expect("the stress dataset");
     eprintln!("  dataset created in {:.1?}", started.elapsed());
 
@@ -53,19 +59,46 @@ async fn run() {
          CR Ready",
         count1 - count0
     );
+    let peak_rss = manager.peak_rss_mib();
     println!(
-        "  manager peak RSS {:.1} MiB (target under 40 MiB), CPU {:.2} s in all",
-        manager.peak_rss_mib(),
+        "  manager peak RSS {peak_rss:.1} MiB (target under 40 MiB), CPU {:.2} s in all",
         manager.cpu_seconds()
     );
+    summary.against(
+        "peak memory: the manager's peak RSS (VmHWM)",
+        &format!("{peak_rss:.1} MiB"),
+        "under 40 MiB",
+        peak_rss < 40.0,
+    );
+    summary.against(
+        &format!("forced reconciles ({forced}): average reconcile time"),
+        &format!("{average_ms:.1} ms over {} reconciles", count1 - count0),
+        "under 50 ms",
+        average_ms < 50.0,
+    );
+    let errors_text = if errors.is_nan() {
+        "not in the manager's metrics".to_string()
+    } else {
+        format!("{errors}")
+    };
+    summary.against("reconciles that ended in error", &errors_text, "0", errors == 0.0);
     drop(manager);
     cluster.shutdown().await;
 }
 
-fn main() {
+fn main() -> ExitCode {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(run());
+    let mut summary = Summary::from_env(format!(
+        "stress: the Go manager's release dataset{} (manager as its own process)",
+        if scale() == 1.0 {
+            String::new()
+        } else {
+            format!(" scaled by {}", scale())
+        }
+    ));
+    rt.block_on(run(&mut summary));
+    summary.exit_code()
 }

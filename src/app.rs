@@ -3,6 +3,7 @@
 use crate::cli::{ReconcilerArgs, RunArgs};
 use crate::config::Config;
 use crate::reconciler::{self, metrics::ReconcileMetrics, network_policies, resources, Context};
+use crate::BoxedFuture;
 use crate::{embedded, ops, webhook_certs};
 use anyhow::Context as _;
 use btp_api::names;
@@ -132,7 +133,13 @@ pub async fn match_conditions_supported(client: &kube::Client) -> bool {
 /// reconcile finishes, then the Lease is released); the webhooks keep answering for
 /// `--shutdown-drain-delay` so that the endpoints controller can take the pod out of the Service, then
 /// they stop accepting and finish what is in flight; the process exits 0.
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+///
+/// A boxed future: see [`BoxedFuture`].
+pub fn run(args: RunArgs) -> BoxedFuture<anyhow::Result<()>> {
+    Box::pin(run_manager(args))
+}
+
+async fn run_manager(args: RunArgs) -> anyhow::Result<()> {
     for (flag, why) in args.go_manager.ignored() {
         tracing::info!(flag, why, "flag of the Go BTP Manager accepted; it has no effect here");
     }

@@ -21,6 +21,11 @@ pub mod telemetry;
 pub mod watch_backoff;
 pub mod webhook_certs;
 
+/// A boxed `Send` future. The long-running entry points (`app::run`, `local::run`, `reconciler::run`)
+/// return one so that their code is compiled once, in this library: an `async fn` is compiled again into
+/// every binary, test and benchmark that awaits it.
+pub type BoxedFuture<O> = std::pin::Pin<Box<dyn std::future::Future<Output = O> + Send>>;
+
 /// The configuration of this crate's property tests: `default_cases` cases unless `PROPTEST_CASES` says
 /// otherwise, and no failure files written into the source tree.
 #[cfg(test)]

@@ -10,6 +10,7 @@ use crate::app::{self, stopped};
 use crate::cli::LocalArgs;
 use crate::telemetry::kube_message;
 use crate::webhook_certs::WebhookCerts;
+use crate::BoxedFuture;
 use anyhow::Context as _;
 use btp_api::{names, BtpOperator};
 use btp_webhooks::manifests::{Endpoint, WebhookManifests};
@@ -55,7 +56,13 @@ async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<(
 }
 
 /// Run `local`. Returns an error (non-zero exit) when `--once` does not reach Ready.
-pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
+///
+/// A boxed future: see [`BoxedFuture`].
+pub fn run(args: LocalArgs) -> BoxedFuture<anyhow::Result<()>> {
+    Box::pin(run_local(args))
+}
+
+async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let rec = &args.reconciler;
     let server = btp_apiserver::ApiServer::start(btp_apiserver::Config::default())

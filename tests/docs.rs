@@ -26,7 +26,7 @@ fn repository_files() -> Vec<PathBuf> {
             } else if path
                 .extension()
                 .is_some_and(|e| ["rs", "md", "yaml", "yml", "toml", "sh"].iter().any(|x| e == *x))
-                || matches!(name.as_str(), "Dockerfile" | "run" | "test")
+                || matches!(name.as_str(), "Dockerfile" | "run" | "test" | "bench")
             {
                 out.push(path);
             }

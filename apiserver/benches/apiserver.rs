@@ -1,4 +1,8 @@
-//! `cargo bench -p btp-apiserver`: create throughput, watch delivery latency, memory.
+//! `cargo bench -p btp-apiserver`: create throughput, watch delivery latency, memory. With
+//! `BTP_BENCH_SUMMARY` set, the figures are also appended to that file for `scripts/bench`'s table.
+
+#[path = "../../benches/support/summary.rs"]
+mod summary;
 
 use btp_apiserver::{ApiServer, Config};
 use futures::StreamExt;
@@ -7,6 +11,7 @@ use kube::api::{Api, PostParams, WatchParams};
 use kube::core::WatchEvent;
 use serde_json::json;
 use std::collections::HashMap;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 fn rss_kib() -> u64 {
@@ -43,8 +48,13 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
 #[tokio::main(flavor = "multi_thread")]
-async fn main() {
+async fn main() -> ExitCode {
+    let mut summary = summary::Summary::from_env("embedded API server (server and client in one process)");
     let rss_start = rss_kib();
     let srv = ApiServer::start(Config::default()).await.unwrap();
     let client = srv.client().await;
@@ -72,6 +82,10 @@ async fn main() {
     println!(
         "creates: {n} ConfigMaps with {tasks} tasks in {secs:.2}s = {:.0} creates/s",
         n as f64 / secs
+    );
+    summary.figure(
+        &format!("create throughput ({n} ConfigMaps, {tasks} tasks)"),
+        &format!("{:.0} creates/s", n as f64 / secs),
     );
 
     // 2. watch latency: 10 watchers, 500 sequential creates
@@ -144,6 +158,10 @@ async fn main() {
         lat.last().copied().unwrap_or_default(),
         lat.len()
     );
+    summary.figure(
+        &format!("watch latency, create request sent to event ({watchers} watchers x {events} events): p50 / p99"),
+        &format!("{} / {}", ms(pct(&from_sent, 0.5)), ms(pct(&from_sent, 0.99))),
+    );
 
     // 3. memory: 10,000 ConfigMaps of 1 KiB
     ns(&client, "mem").await;
@@ -172,16 +190,41 @@ async fn main() {
         after / 1024,
         after.saturating_sub(before) / 1024
     );
+    summary.figure(
+        "memory for 10,000 ConfigMaps of 1 KiB (VmRSS growth)",
+        &format!("{} MiB", after.saturating_sub(before) / 1024),
+    );
 
     // 4. list and namespace deletion at that size
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "mem");
     let t0 = Instant::now();
     let n = api.list(&Default::default()).await.unwrap().items.len();
-    println!("list: {n} ConfigMaps in {:?}", t0.elapsed());
+    let listed = t0.elapsed();
+    println!("list: {n} ConfigMaps in {listed:?}");
+    summary.figure(&format!("list of {n} ConfigMaps"), &ms(listed));
+    // Deletion is asynchronous: the namespace is Terminating for `namespace_termination_delay`, then its
+    // content goes, then the namespace.
     let t0 = Instant::now();
     let nsapi: Api<Namespace> = Api::all(client.clone());
     nsapi.delete("mem", &Default::default()).await.unwrap();
-    assert!(nsapi.get_opt("mem").await.unwrap().is_none());
-    println!("namespace deletion with 10,000 ConfigMaps: {:?}", t0.elapsed());
+    while nsapi.get_opt("mem").await.unwrap().is_some() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "namespace mem still there after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let deleted = t0.elapsed();
+    let delay = Config::default().namespace_termination_delay;
+    println!("namespace deletion with 10,000 ConfigMaps: {deleted:?} until gone (of which {delay:?} is the termination delay)");
+    summary.figure(
+        "namespace deletion with 10,000 ConfigMaps, until gone",
+        &format!(
+            "{} (including the {} ms termination delay)",
+            ms(deleted),
+            delay.as_millis()
+        ),
+    );
     srv.shutdown().await;
+    summary.exit_code()
 }

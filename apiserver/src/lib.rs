@@ -67,10 +67,17 @@ pub struct ApiServer;
 
 impl ApiServer {
     /// Generates certificates, binds the listener and starts serving.
-    pub async fn start(config: Config) -> Result<RunningApiServer, Error> {
-        server::start(config).await
+    ///
+    /// A boxed future, so that the server's code (its handlers and HTTP stack, spawned from this future) is
+    /// compiled once, in this crate: an `async fn` would be compiled again into every test, benchmark and
+    /// binary that awaits it. Awaiting it is the same.
+    pub fn start(config: Config) -> StartFuture {
+        Box::pin(server::start(config))
     }
 }
+
+/// What [`ApiServer::start`] returns.
+pub type StartFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunningApiServer, Error>> + Send>>;
 
 /// A running server. Dropping the handle stops it (without waiting);
 /// [`RunningApiServer::shutdown`] stops it and waits for the listener task.

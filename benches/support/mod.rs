@@ -2,10 +2,14 @@
 //! against a kubeconfig), its peak memory and CPU time, its metrics, and a deadline-bounded wait.
 #![allow(dead_code)]
 
+pub mod summary;
+
 use btp_api::{names, BtpOperator};
+use btp_manager::reconciler::resources;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -199,10 +203,16 @@ pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item =
     crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
         .await
         .expect("BtpOperator CRD");
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/module-resources/apply/crd.yml"))
-        .expect("operand CRDs");
-    for doc in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).expect("CRD YAML") {
-        crds.create(&PostParams::default(), &doc).await.expect("operand CRD");
+    // The operand's CRDs as the manager loads its manifests (as untyped objects: a typed
+    // CustomResourceDefinition parsed here would compile its whole schema's deserializer into every benchmark
+    // again).
+    let module =
+        resources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")).expect("module resources");
+    let untyped: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<CustomResourceDefinition>(&()));
+    for doc in module.apply.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
+        let crd: DynamicObject = serde_json::from_value(doc.clone()).expect("operand CRD object");
+        untyped.create(&PostParams::default(), &crd).await.expect("operand CRD");
     }
 }
 

@@ -1,7 +1,11 @@
 //! `cargo bench -p btp-certs`: time to generate a CA + leaf pair per key algorithm.
 //!
 //! Iterations: 20 for ECDSA, 3 for RSA-2048/3072, 2 for RSA-4096; `BTP_BENCH_ITERS=N` overrides
-//! all of them.
+//! all of them. With `BTP_BENCH_SUMMARY` set, the medians are also appended to that file for
+//! `scripts/bench`'s table.
+
+#[path = "../../benches/support/summary.rs"]
+mod summary;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::ExitCode;
@@ -34,6 +38,7 @@ fn main() -> ExitCode {
     };
     // `cargo bench -- <filter>` passes extra arguments; a non-flag argument filters algorithms.
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let mut summary = summary::Summary::from_env("certificates");
 
     for alg in KeyAlgorithm::ALL {
         if filter.as_deref().is_some_and(|f| !alg.as_str().contains(f)) {
@@ -85,6 +90,10 @@ fn main() -> ExitCode {
             ms(samples[0]),
             ms(samples[n - 1]),
         );
+        summary.figure(
+            &format!("CA + leaf pair, {alg} (median of {n})"),
+            &format!("{:.2} ms", ms(median)),
+        );
     }
-    ExitCode::SUCCESS
+    summary.exit_code()
 }

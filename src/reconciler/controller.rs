@@ -6,6 +6,7 @@ use super::error::ReconcileError;
 use super::{network_policies, requeue, resources};
 use crate::config::Config;
 use crate::watch_backoff::WatchBackoff;
+use crate::BoxedFuture;
 use btp_api::{names, BtpOperator};
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
@@ -18,6 +19,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt as _;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -238,8 +241,16 @@ pub fn everything_but_status(cr: &BtpOperator) -> Option<u64> {
     Some(h.finish())
 }
 
-/// Run the controller until `shutdown` resolves.
-pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+/// Run the controller until `shutdown` resolves (a boxed future: see [`BoxedFuture`]).
+pub fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> BoxedFuture<()> {
+    run_until(ctx, Box::pin(shutdown))
+}
+
+fn run_until(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + Send + Sync>>) -> BoxedFuture<()> {
+    Box::pin(control(ctx, shutdown))
+}
+
+async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + Send + Sync>>) {
     use futures::FutureExt as _;
     let flags = ctx.config();
     let client = ctx.client.clone();

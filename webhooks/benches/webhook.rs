@@ -12,15 +12,22 @@
 //! Run: `cargo bench -p btp-webhooks --bench webhook`. HTTP/2 by default; `BTP_BENCH_PROTO=http1` for
 //! HTTP/1.1.
 //!
+//! Also the server's CPU time per request at that rate (the threads of the server's runtime, from
+//! `/proc`, in clock ticks of 10 ms), and the CPU time of the handler alone (decode, validate, encode).
+//!
 //! `BTP_BENCH_MODE=hostile`: instead, the latency of good requests (allowed reviews, open loop at
 //! `BTP_BENCH_RATE` over 8 connections, `BTP_BENCH_SECS` per case) while each hostile client of
 //! `tests/common/hostile.rs` attacks the same server (default limits), printing p50/p99/max per attack
 //! and the process's resident memory before and during it (server and clients share the process).
 //! Each attack runs on a runtime of its own; the measurement starts once it is established.
 //! The target is p99 under 5 ms for every attack.
+//!
+//! With `BTP_BENCH_SUMMARY` set, the figures are also appended to that file for `scripts/bench`'s table.
 
 #[path = "../tests/common/hostile.rs"]
 mod hostile;
+#[path = "../../benches/support/summary.rs"]
+mod summary;
 
 use axum::routing::post;
 use btp_certs::{generate_ca, generate_leaf, CaSpec, KeyAlgorithm, LeafSpec};
@@ -29,8 +36,11 @@ use btp_webhooks::handlers::{FixedServiceCounter, WebhookState};
 use btp_webhooks::rules::{RulesConfig, ServiceCounts};
 use btp_webhooks::tls::{server_config, SwappableCert};
 use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use summary::Summary;
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -67,6 +77,50 @@ fn review(namespace: &str, name: &str) -> String {
 struct Server {
     addr: SocketAddr,
     ca_pem: String,
+    threads: ServerThreads,
+}
+
+/// The threads that serve (the thread driving the server's runtime and the runtime's own), for the
+/// server's CPU time. Linux only: elsewhere the CPU time is not measured.
+#[derive(Clone, Default)]
+struct ServerThreads {
+    ids: Arc<std::sync::Mutex<Vec<String>>>,
+    /// A thread could not be recorded: a CPU time would leave it out, so none is given.
+    incomplete: Arc<AtomicBool>,
+}
+
+impl ServerThreads {
+    /// Records the calling thread (its id, from `/proc/thread-self`).
+    fn record_current(&self) {
+        let id = std::fs::read_link("/proc/thread-self")
+            .ok()
+            .and_then(|link| link.file_name().and_then(|n| n.to_str()).map(str::to_string));
+        match (id, self.ids.lock()) {
+            (Some(id), Ok(mut ids)) => ids.push(id),
+            _ => self.incomplete.store(true, Ordering::Relaxed),
+        }
+    }
+
+    /// User + system CPU time of those threads so far, in seconds (clock ticks of 1/100 s, Linux's
+    /// USER_HZ); `None` when any of them cannot be read.
+    fn cpu_seconds(&self) -> Option<f64> {
+        if self.incomplete.load(Ordering::Relaxed) {
+            return None;
+        }
+        let ids = self.ids.lock().ok()?;
+        if ids.is_empty() {
+            return None;
+        }
+        let mut ticks = 0.0;
+        for id in ids.iter() {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{id}/stat")).ok()?;
+            // Fields after the command name (in parentheses, may hold spaces); utime and stime are fields
+            // 14 and 15 of the line, 12 and 13 after the name.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            ticks += fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        }
+        Some(ticks / 100.0)
+    }
 }
 
 /// The server runs on its own runtime (as it would in its own process).
@@ -90,9 +144,14 @@ fn start_server() -> Server {
     };
     let leaf = generate_leaf(&ca, &leaf_spec, now).expect("leaf");
     let (tx, rx) = std::sync::mpsc::channel();
+    let threads = ServerThreads::default();
+    let recorder = threads.clone();
     std::thread::spawn(move || {
+        recorder.record_current();
+        let on_start = recorder.clone();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .on_thread_start(move || on_start.record_current())
             .enable_all()
             .build()
             .expect("runtime");
@@ -113,6 +172,7 @@ fn start_server() -> Server {
     Server {
         addr: rx.recv().expect("server start"),
         ca_pem: ca.cert_pem,
+        threads,
     }
 }
 
@@ -129,6 +189,13 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     }
     let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
+}
+
+fn protocol_name(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Http1 => "HTTP/1.1",
+        Protocol::Http2 => "HTTP/2",
+    }
 }
 
 fn ms(d: Duration) -> String {
@@ -369,7 +436,7 @@ fn attacks() -> Vec<(&'static str, Option<Attack>)> {
 }
 
 /// Good-request latency while each attack runs.
-fn hostile_mode(server: &Server, rate: f64, secs: f64, protocol: Protocol) {
+fn hostile_mode(server: &Server, rate: f64, secs: f64, protocol: Protocol, summary: &mut Summary) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -424,11 +491,18 @@ fn hostile_mode(server: &Server, rate: f64, secs: f64, protocol: Protocol) {
                 before,
                 during,
             );
+            let p99 = percentile(&lat, 0.99);
+            summary.against(
+                &format!("p99 of good reviews at {rate:.0} req/s under attack: {name}"),
+                &format!("{} (p50 {}; achieved {achieved:.0} req/s)", ms(p99), ms(percentile(&lat, 0.50))),
+                "p99 under 5 ms",
+                !lat.is_empty() && p99 < Duration::from_millis(5),
+            );
         }
     });
 }
 
-fn main() {
+fn main() -> ExitCode {
     let secs: f64 = env("BTP_BENCH_SECS", 2.0);
     let conns: usize = env("BTP_BENCH_CONNS", 16);
     let rate: f64 = env("BTP_BENCH_RATE", 2000.0);
@@ -446,15 +520,22 @@ fn main() {
         let out = serde_json::to_vec(&btp_webhooks::review::respond(&req, verdict)).expect("encode");
         std::hint::black_box(out);
     }
-    println!(
-        "webhook/decode+validate+encode (no I/O): {:.1} µs per review",
-        t.elapsed().as_secs_f64() * 1e6 / n as f64
-    );
+    let handler_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    println!("webhook/decode+validate+encode (no I/O): {handler_us:.1} µs per review");
     if std::env::var("BTP_BENCH_MODE").as_deref() == Ok("hostile") {
+        let mut summary = Summary::from_env(format!(
+            "webhook under hostile clients ({} over TLS)",
+            protocol_name(protocol)
+        ));
         let server = start_server();
-        hostile_mode(&server, rate, secs, protocol);
-        return;
+        hostile_mode(&server, rate, secs, protocol, &mut summary);
+        return summary.exit_code();
     }
+    let mut summary = Summary::from_env(format!("webhook ({} over TLS, loopback)", protocol_name(protocol)));
+    summary.figure(
+        "CPU per review, handler alone (decode, validate, encode; no I/O)",
+        &format!("{handler_us:.1} µs"),
+    );
     let server = start_server();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -489,9 +570,17 @@ fn main() {
         let baseline_rps = median(0).0;
         for (i, case) in cases.iter().enumerate() {
             let (rps, lat) = median(i);
+            let cpu_before = server.threads.cpu_seconds();
             let (achieved, fixed, lag) = at_rate(&server, case, conns.min(8), rate, secs, protocol).await;
+            let cpu_us = match (cpu_before, server.threads.cpu_seconds()) {
+                (Some(before), Some(after)) if !fixed.is_empty() => {
+                    Some((after - before) * 1e6 / fixed.len() as f64)
+                }
+                _ => None,
+            };
+            let cpu_text = cpu_us.map_or_else(|| "not measured".to_string(), |us| format!("{us:.0} µs"));
             println!(
-                "webhook/{:<45} peak {:>8.0} req/s (median of {rounds}; p50 {}, p99 {}) = {:>5.1}% of baseline | at {:.0} req/s (achieved {:.0}): p50 {}, p99 {}, max {}, worst send lag {}",
+                "webhook/{:<45} peak {:>8.0} req/s (median of {rounds}; p50 {}, p99 {}) = {:>5.1}% of baseline | at {:.0} req/s (achieved {:.0}): p50 {}, p99 {}, max {}, worst send lag {}, server CPU {cpu_text} per request",
                 case.name,
                 rps,
                 ms(percentile(lat, 0.50)),
@@ -504,6 +593,20 @@ fn main() {
                 ms(fixed.last().copied().unwrap_or_default()),
                 ms(lag),
             );
+            summary.figure(
+                &format!("{}: peak throughput ({conns} connections, median of {rounds})", case.name),
+                &format!("{rps:.0} req/s = {:.1}% of baseline", 100.0 * rps / baseline_rps.max(1.0)),
+            );
+            summary.figure(
+                &format!("{}: p50 / p99 at {rate:.0} req/s", case.name),
+                &format!(
+                    "{} / {} (achieved {achieved:.0} req/s)",
+                    ms(percentile(&fixed, 0.50)),
+                    ms(percentile(&fixed, 0.99))
+                ),
+            );
+            summary.figure(&format!("{}: server CPU per request at {rate:.0} req/s", case.name), &cpu_text);
         }
     });
+    summary.exit_code()
 }

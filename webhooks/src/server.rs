@@ -200,7 +200,22 @@ impl Drop for Open {
     }
 }
 
-async fn connection(
+/// One connection, served until it ends or `stop` says so. A boxed future, so that the connection's code
+/// (TLS, HTTP/1.1 and HTTP/2, the router) is compiled once, in this crate: spawned from [`serve_with`] as
+/// an `async fn`, it would be compiled again into every binary, test and benchmark that serves.
+fn connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: Arc<Limits>,
+    open: Open,
+    stop: watch::Receiver<bool>,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(run_connection(acceptor, tcp, peer, app, limits, open, stop))
+}
+
+async fn run_connection(
     acceptor: TlsAcceptor,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,

@@ -582,6 +582,24 @@ fn written<T>(result: Result<T, kube::Error>) -> bool {
     }
 }
 
+/// Set one key of the credentials Secret (retried while the manager's webhooks, which guard it, are down).
+async fn change_required_secret(chaos: &mut Chaos<'_>, secrets: &Api<Secret>, key: &str, value: &str) {
+    let patch = serde_json::json!({"stringData": {key: value}});
+    chaos
+        .until(&format!("the credentials Secret's {key} is changed"), || async {
+            written(
+                secrets
+                    .patch(
+                        names::REQUIRED_SECRET_NAME,
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await,
+            )
+        })
+        .await;
+}
+
 async fn cr_ready(crs: &Api<BtpOperator>) -> bool {
     crs.get_opt(names::BTP_OPERATOR_NAME)
         .await
@@ -823,20 +841,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
         progress.step("credentials change");
         chaos.plan_disruption();
         let secret_b = format!("secret-{iteration}-b");
-        let patch = serde_json::json!({"stringData": {"clientsecret": secret_b}});
-        chaos
-            .until("the credentials are changed", || async {
-                written(
-                    secrets
-                        .patch(
-                            names::REQUIRED_SECRET_NAME,
-                            &PatchParams::default(),
-                            &Patch::Merge(&patch),
-                        )
-                        .await,
-                )
-            })
-            .await;
+        change_required_secret(&mut chaos, &secrets, "clientsecret", &secret_b).await;
         chaos
             .until("the operand Secret holds the new credentials", || async {
                 secret_value(&secrets, names::operand::SECRET, "clientsecret")
@@ -850,20 +855,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
         progress.step("cluster-ID change");
         chaos.plan_disruption();
         let cluster_b = format!("cluster-{iteration}-b");
-        let patch = serde_json::json!({"stringData": {"cluster_id": cluster_b}});
-        chaos
-            .until("the cluster ID is changed", || async {
-                written(
-                    secrets
-                        .patch(
-                            names::REQUIRED_SECRET_NAME,
-                            &PatchParams::default(),
-                            &Patch::Merge(&patch),
-                        )
-                        .await,
-                )
-            })
-            .await;
+        change_required_secret(&mut chaos, &secrets, "cluster_id", &cluster_b).await;
         chaos
             .until("the operand runs with the new cluster ID", || async {
                 configmap_value(&cms, names::operand::CONFIGMAP, "CLUSTER_ID")

@@ -410,29 +410,6 @@ fn dynamic(client: &kube::Client, group: &str, version: &str, kind: &str) -> Api
     )
 }
 
-/// Every object of the module kinds carrying the labels the manager puts on what it installs.
-async fn installed(client: &kube::Client) -> BTreeSet<String> {
-    let selector = ListParams::default().labels(&format!(
-        "{}={},{}={}",
-        names::MANAGED_BY_LABEL,
-        names::MANAGED_BY_BTP_MANAGER,
-        names::MODULE_LABEL,
-        names::MODULE_NAME
-    ));
-    let mut found = BTreeSet::new();
-    for (group, version, kind, _) in MANAGED_KINDS {
-        for o in dynamic(client, group, version, kind)
-            .list_metadata(&selector)
-            .await
-            .unwrap()
-            .items
-        {
-            found.insert(format!("{kind} {}/{}", o.namespace().unwrap_or_default(), o.name_any()));
-        }
-    }
-    found
-}
-
 /// What the manager installs with `chart`: its objects, the network policies and the operand's two
 /// certificate Secrets.
 fn expected(chart: &Path) -> BTreeSet<String> {
@@ -487,21 +464,6 @@ async fn our_finalizers(client: &kube::Client) -> Vec<String> {
         }
     }
     found
-}
-
-async fn count_services(client: &kube::Client) -> usize {
-    let mut n = 0;
-    for kind in ["ServiceInstance", "ServiceBinding"] {
-        n += match Api::<DynamicObject>::all_with(client.clone(), &services(kind))
-            .list_metadata(&ListParams::default())
-            .await
-        {
-            Ok(l) => l.items.len(),
-            Err(kube::Error::Api(s)) if s.code == 404 => 0,
-            Err(e) => panic!("listing {kind}s: {e}"),
-        };
-    }
-    n
 }
 
 /// The user's objects, which nothing the manager does may remove: (kind, namespace, name) → uid.
@@ -914,7 +876,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
         let want = expected(&charts.v2);
         chaos
             .until("exactly chart v2's objects are installed", || async {
-                installed(&client).await == want
+                installed_objects(&client).await == want
             })
             .await;
         progress.step("at rest");
@@ -959,7 +921,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
             0,
             "every ServiceInstance and ServiceBinding is gone"
         );
-        let left = installed(&client).await;
+        let left = installed_objects(&client).await;
         assert!(left.is_empty(), "nothing of the module is left: {left:?}");
         let finalizers = our_finalizers(&client).await;
         assert!(finalizers.is_empty(), "no finalizer of ours is left: {finalizers:?}");

@@ -10,24 +10,13 @@ use common::operand::{service_binding, service_instance, services};
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::ResourceExt as _;
 use std::time::Duration;
 
-/// Objects of the module kinds that carry both labels the manager puts on what it installs.
+/// [`installed_objects`], as a list.
 async fn installed(env: &Env) -> Vec<String> {
-    let selector =
-        ListParams::default().labels("app.kubernetes.io/managed-by=btp-manager,kyma-project.io/module=btp-operator");
-    let mut found = Vec::new();
-    // Namespaced kinds are listed in every namespace: nothing of ours may be left anywhere.
-    for (group, version, kind, _) in MANAGED_KINDS {
-        let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
-        let api: Api<DynamicObject> = Api::all_with(env.client.clone(), &ar);
-        for o in api.list_metadata(&selector).await.unwrap().items {
-            found.push(format!("{kind} {}/{}", o.namespace().unwrap_or_default(), o.name_any()));
-        }
-    }
-    found
+    installed_objects(&env.client).await.into_iter().collect()
 }
 
 async fn delete_cr(env: &Env) {
@@ -61,19 +50,6 @@ fn api(env: &Env, ns: &str, kind: &str) -> Api<DynamicObject> {
 async fn create(env: &Env, ns: &str, obj: &DynamicObject) {
     let kind = obj.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
     api(env, ns, &kind).create(&PostParams::default(), obj).await.unwrap();
-}
-
-async fn count_services(env: &Env) -> usize {
-    let mut n = 0;
-    for kind in ["ServiceInstance", "ServiceBinding"] {
-        let all: Api<DynamicObject> = Api::all_with(env.client.clone(), &services(kind));
-        n += match all.list_metadata(&ListParams::default()).await {
-            Ok(l) => l.items.len(),
-            Err(kube::Error::Api(s)) if s.code == 404 => 0,
-            Err(e) => panic!("listing {kind}s: {e}"),
-        };
-    }
-    n
 }
 
 fn config() -> Config {
@@ -175,7 +151,7 @@ async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_dele
     })
     .await;
     assert_eq!(
-        count_services(&env).await,
+        count_services(&env.client).await,
         2,
         "nothing was deleted without force-delete"
     );
@@ -190,7 +166,7 @@ async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_dele
         .await
         .unwrap();
     eventually(Duration::from_secs(5), "the operand removed its finalizers", || async {
-        count_services(&env).await == 0
+        count_services(&env.client).await == 0
     })
     .await;
     wait_gone(&env, Duration::from_secs(2)).await;
@@ -217,7 +193,7 @@ async fn force_delete_while_blocked_deletes_the_services_then_everything_else() 
 
     label_force_delete(&env).await;
     wait_gone(&env, Duration::from_secs(10)).await;
-    assert_eq!(count_services(&env).await, 0);
+    assert_eq!(count_services(&env.client).await, 0);
     assert_eq!(installed(&env).await, Vec::<String>::new());
     env.stop().await;
 }
@@ -265,7 +241,11 @@ async fn a_hard_delete_that_times_out_ends_in_a_soft_delete_that_removes_binding
     .await;
     wait_gone(&env, Duration::from_secs(10)).await;
 
-    assert_eq!(count_services(&env).await, 0, "soft delete removed the finalizers");
+    assert_eq!(
+        count_services(&env.client).await,
+        0,
+        "soft delete removed the finalizers"
+    );
     assert!(
         secrets.get_opt("sb-default").await.unwrap().is_none(),
         "the default binding Secret is removed"
@@ -321,7 +301,7 @@ async fn a_manager_restarted_during_the_hard_delete_and_during_the_soft_delete_s
     // And again, once the soft delete has begun.
     env.restart_manager().await;
     wait_gone(&env, Duration::from_secs(10)).await;
-    assert_eq!(count_services(&env).await, 0);
+    assert_eq!(count_services(&env.client).await, 0);
     assert_eq!(installed(&env).await, Vec::<String>::new());
     env.stop().await;
 }
@@ -433,7 +413,7 @@ async fn a_force_delete_survives_injected_api_failures_and_cut_watches() {
     )
     .await;
     server.faults().clear();
-    assert_eq!(count_services(&env).await, 0);
+    assert_eq!(count_services(&env.client).await, 0);
     assert_eq!(installed(&env).await, Vec::<String>::new());
     env.stop().await;
 }
@@ -645,7 +625,7 @@ async fn a_hard_delete_that_fails_goes_to_the_soft_delete() {
     .await;
     wait_gone(&env, Duration::from_secs(10)).await;
     server.faults().clear();
-    assert_eq!(count_services(&env).await, 0);
+    assert_eq!(count_services(&env.client).await, 0);
     assert_eq!(installed(&env).await, Vec::<String>::new());
     env.stop().await;
 }

@@ -506,6 +506,38 @@ async fn cleanup(client: &kube::Client, namespaces: &[String]) {
     .await;
 }
 
+/// Every object of the module kinds, in any namespace, carrying both labels the manager puts on what it
+/// installs, as `Kind namespace/name` (sorted).
+pub async fn installed_objects(client: &kube::Client) -> std::collections::BTreeSet<String> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+    use kube::ResourceExt as _;
+    let selector = ListParams::default().labels(&names::module_resource_selector());
+    let mut found = std::collections::BTreeSet::new();
+    for (group, version, kind, _) in MANAGED_KINDS {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        for o in api.list_metadata(&selector).await.unwrap().items {
+            found.insert(format!("{kind} {}/{}", o.namespace().unwrap_or_default(), o.name_any()));
+        }
+    }
+    found
+}
+
+/// How many ServiceInstances and ServiceBindings exist, in all namespaces (0 without their CRDs).
+pub async fn count_services(client: &kube::Client) -> usize {
+    use kube::api::{DynamicObject, ListParams};
+    let mut n = 0;
+    for kind in ["ServiceInstance", "ServiceBinding"] {
+        let all: Api<DynamicObject> = Api::all_with(client.clone(), &operand::services(kind));
+        n += match all.list_metadata(&ListParams::default()).await {
+            Ok(l) => l.items.len(),
+            Err(kube::Error::Api(s)) if s.code == 404 => 0,
+            Err(e) => panic!("listing {kind}s: {e}"),
+        };
+    }
+    n
+}
+
 pub fn credentials() -> serde_json::Value {
     serde_json::json!({
         "clientid": "dummy-client-id", "clientsecret": "CANARY-secret-value", "sm_url": "https://sm.example.com",

@@ -10,6 +10,7 @@
 //! configuration already as wanted is not written (Kubernetes 1.24 re-writes an unchanged one on every
 //! server-side apply, which would wake the watch again).
 
+use crate::reconciler::metrics::{Certificate, CertificateExpiry};
 use btp_api::names;
 use btp_certs::rotation::{self, Policy, Step, Stored};
 use btp_webhooks::manifests::{is_match_conditions_schema_error, WebhookManifests};
@@ -68,6 +69,8 @@ pub struct WebhookCerts {
     manifests: WebhookManifests,
     /// Set when the API server refused `matchConditions` (older than its `/version` claimed).
     without_match_conditions: AtomicBool,
+    /// Where the served CA's and leaf's expiry go (alerts).
+    expiry: Option<CertificateExpiry>,
 }
 
 const MAX_CONFLICTS: usize = 8;
@@ -88,7 +91,15 @@ impl WebhookCerts {
             policy,
             manifests,
             without_match_conditions: AtomicBool::new(false),
+            expiry: None,
         }
+    }
+
+    /// Export the expiry of the CA and the serving certificate in use
+    /// (`btpmanager_certificate_expiration_timestamp_seconds`).
+    pub fn with_expiry_metrics(mut self, expiry: CertificateExpiry) -> Self {
+        self.expiry = Some(expiry);
+        self
     }
 
     fn secret(&self, stored: &Stored, existing: Option<&Secret>) -> Secret {
@@ -172,6 +183,13 @@ impl WebhookCerts {
         if cert.current().cert.first() != next.cert.first() {
             cert.set(next);
             tracing::info!("serving a new webhook certificate");
+        }
+        if let Some(expiry) = &self.expiry {
+            expiry.observe_pem(Certificate::ManagerLeaf, leaf.cert_pem.as_bytes());
+            match &stored.ca {
+                Some(ca) => expiry.observe_pem(Certificate::ManagerCa, ca.cert_pem.as_bytes()),
+                None => expiry.forget(Certificate::ManagerCa),
+            }
         }
         let mut manifests = WebhookManifests {
             ca_bundle: stored.ca_bundle().into_bytes(),

@@ -49,15 +49,20 @@ fn free_port() -> u16 {
 
 /// `kubectl apply -k deploy/` with `kubeconfig`; panics with kubectl's output when it fails.
 fn apply_deploy(kubeconfig: &Path) {
+    apply_kustomization(kubeconfig, "deploy");
+}
+
+/// `kubectl apply -k <dir>` with `kubeconfig`; panics with kubectl's output when it fails.
+fn apply_kustomization(kubeconfig: &Path, dir: &str) {
     let out = Command::new(kubectl())
         .args(["apply", "-k"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
         .env("KUBECONFIG", kubeconfig)
         .output()
         .expect("run kubectl");
     assert!(
         out.status.success(),
-        "kubectl apply -k deploy/ failed:\n{}\n{}",
+        "kubectl apply -k {dir}/ failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -263,4 +268,71 @@ async fn kubectl_apply_k_deploy_installs_and_the_manager_provisions_as_its_pod()
     }
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
     install_and_provision(server).await;
+}
+
+/// A CRD that takes any content, as the Prometheus Operator's do for what this test needs.
+fn open_crd(group: &str, kind: &str, plural: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+}
+
+/// The optional components install on top of the base: monitoring (with the Prometheus Operator's CRDs
+/// present) and the Kyma dashboard extension.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitoring_and_dashboard_components_apply() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let dir = temp_dir("components");
+    let kubeconfig = dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_deploy(&kubeconfig);
+    let client = server.client().await;
+    let crds = [
+        open_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+        open_crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+    ];
+    common::install::apply(&client, &crds).await;
+    apply_kustomization(&kubeconfig, "deploy/monitoring");
+    apply_kustomization(&kubeconfig, "deploy/dashboard");
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    for (group, kind, name) in [
+        ("monitoring.coreos.com", "ServiceMonitor", "btp-manager"),
+        ("monitoring.coreos.com", "PrometheusRule", "btp-manager"),
+        ("", "ConfigMap", "btp-manager-busola-extension"),
+    ] {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), names::KYMA_SYSTEM, &resource);
+        assert!(api.get_opt(name).await.unwrap().is_some(), "{kind} {name} installed");
+    }
+    // The ServiceMonitor selects the manager's metrics Service, on a port it has.
+    let monitor = deploy_objects("monitoring/servicemonitor.yaml").remove(0);
+    let service = deploy_objects("services.yaml")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "btp-manager-metrics-service")
+        .expect("the metrics Service");
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "the ServiceMonitor selects the metrics Service"
+        );
+    }
+    let port = monitor["spec"]["endpoints"][0]["port"].as_str().unwrap();
+    assert!(
+        service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == port),
+        "the metrics Service has port {port}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

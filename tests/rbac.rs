@@ -110,7 +110,8 @@ async fn start_manager(env: &Env) -> Manager {
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let election = app::LeaderElection::new(client.clone(), NS, args.leader_election_lease_duration);
-    let reconciler = app::spawn_reconciler(&args.reconciler, Some(election), client, &mut registry, stop_rx)
+    let metrics = btp_manager::reconciler::metrics::ReconcileMetrics::register(&mut registry);
+    let reconciler = app::spawn_reconciler(&args.reconciler, Some(election), client, metrics, stop_rx)
         .await
         .unwrap();
     Manager { stop, reconciler }

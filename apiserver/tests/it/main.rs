@@ -1,6 +1,7 @@
 //! Integration tests for the embedded API server, driven with real kube clients over HTTPS.
 
 mod admission;
+mod corpus;
 mod common;
 mod crud;
 mod discovery;

@@ -194,7 +194,7 @@ fn selected_name(q: &crate::context::Query) -> Option<String> {
 }
 
 /// Resources whose PUT creates a missing object (`AllowCreateOnUpdate`).
-fn creates_on_update(t: &Target) -> bool {
+pub(crate) fn creates_on_update(t: &Target) -> bool {
     matches!(
         (t.def.group.as_str(), t.def.plural.as_str()),
         ("coordination.k8s.io", "leases") | ("", "events") | ("events.k8s.io", "events")
@@ -325,5 +325,53 @@ fn escalation(st: &State, rbac: &Rbac, user: &User, t: &Target, r: &Request, bod
             }
         }
         _ => Ok(()),
+    }
+}
+
+/// The default ClusterRoles of a real cluster that a user may bind or aggregate from: `cluster-admin`, and
+/// `admin`, `edit`, `view` reduced to the kinds this server serves.
+pub(crate) fn bootstrap_cluster_roles(st: &State) {
+    let rw = ["create", "delete", "deletecollection", "patch", "update", "get", "list", "watch"];
+    let ro = ["get", "list", "watch"];
+    let core = ["configmaps", "secrets", "services", "serviceaccounts", "pods", "endpoints", "events"];
+    let view_rules = serde_json::json!([
+        {"apiGroups": [""], "resources": ["configmaps", "endpoints", "pods", "services", "serviceaccounts", "events", "namespaces", "namespaces/status", "pods/status", "services/status"], "verbs": ro},
+        {"apiGroups": ["apps"], "resources": ["deployments", "deployments/scale", "deployments/status"], "verbs": ro},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ro},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ro},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ro},
+    ]);
+    let edit_rules = serde_json::json!([
+        {"apiGroups": [""], "resources": core, "verbs": rw},
+        {"apiGroups": [""], "resources": ["namespaces", "namespaces/status", "pods/status", "services/status"], "verbs": ro},
+        {"apiGroups": ["apps"], "resources": ["deployments", "deployments/scale"], "verbs": rw},
+        {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ro},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": rw},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": rw},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": rw},
+    ]);
+    let mut admin_rules = edit_rules.clone();
+    if let Some(a) = admin_rules.as_array_mut() {
+        a.push(serde_json::json!({"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": rw}));
+    }
+    let roles = [
+        ("cluster-admin", serde_json::json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}])),
+        ("admin", admin_rules),
+        ("edit", edit_rules),
+        ("view", view_rules),
+    ];
+    for (name, rules) in roles {
+        let obj = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {
+                "name": name, "uid": crate::util::new_uid(), "creationTimestamp": crate::util::now_rfc3339(),
+                "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+            },
+            "rules": rules,
+        });
+        let _ = st
+            .store
+            .create(&(RBAC_GROUP.to_string(), "clusterroles".to_string()), "", name, obj);
     }
 }

@@ -44,6 +44,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
     for ns in ["default", "kube-system", "kube-public"] {
         crate::handlers::bootstrap_namespace(&state, ns);
     }
+    crate::access::bootstrap_cluster_roles(&state);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls_cfg);
     let st = state.clone();
     let mut sd = sd_rx;

@@ -318,11 +318,16 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
     let (l, n) = fields(&scope_new);
     let empty = json!({});
     let old_v = old.unwrap_or(&empty);
-    let changed: FieldSet = l
+    let mut changed: FieldSet = l
         .union(&n)
         .filter(|p| get_at(old_v, p) != get_at(new, p))
         .cloned()
         .collect();
+    // A map the update creates is itself a member of the writer's set (the `.` entry of FieldsV1), as
+    // structured-merge-diff records it for `data`, `labels`, a custom resource's `spec`/`status`, ...
+    let mut created = Vec::new();
+    created_maps(&scope_new, old_v, &mut vec![], &mut created);
+    changed.extend(created);
     for e in es.iter_mut() {
         e.set.retain(|p| get_at(new, p).is_some());
     }
@@ -344,6 +349,23 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
         touch(&mut es[idx], api_version);
     }
     write_entries(new, es);
+}
+
+/// Paths of the maps in `new` (below the top level, outside `metadata` itself) that `old` does not have.
+fn created_maps(new: &Value, old: &Value, path: &mut Vec<String>, out: &mut Vec<FieldPath>) {
+    let Some(m) = new.as_object() else { return };
+    for (k, v) in m {
+        if !v.is_object() {
+            continue;
+        }
+        path.push(format!("f:{k}"));
+        let top_meta = path.len() == 1 && k == "metadata";
+        if !top_meta && !path.is_empty() && get_at(old, path).is_none() {
+            out.push(path.clone());
+        }
+        created_maps(v, old, path, out);
+        path.pop();
+    }
 }
 
 /// Recursive apply merge: maps merge, name-keyed lists merge by name, others replace.
@@ -415,11 +437,16 @@ pub fn apply(
         let mut by_mgr: Vec<(String, Vec<String>)> = vec![];
         let mut causes = vec![];
         for (i, p) in &conflicts {
-            let m = format!(
-                "\"{}\" using {}",
-                es[*i].manager,
-                es[*i].raw.get("apiVersion").and_then(Value::as_str).unwrap_or("")
-            );
+            // structured-merge-diff names an applier by its name, an updater with its apiVersion.
+            let m = if es[*i].operation == "Apply" {
+                format!("\"{}\"", es[*i].manager)
+            } else {
+                format!(
+                    "\"{}\" using {}",
+                    es[*i].manager,
+                    es[*i].raw.get("apiVersion").and_then(Value::as_str).unwrap_or("")
+                )
+            };
             causes.push(json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m}"), "field": path_string(p)}));
             match by_mgr.iter_mut().find(|(k, _)| *k == m) {
                 Some((_, v)) => v.push(path_string(p)),
@@ -504,7 +531,21 @@ pub fn apply(
         }
     };
     es[idx].set = all;
-    touch(&mut es[idx], api_version);
+    // structured-merge-diff stamps the applier's entry with a time only when the apply changed the object
+    // (a new co-owner of unchanged fields gets an entry without `time`).
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = crate::util::meta_mut(&mut v) {
+            m.remove("managedFields");
+        }
+        v
+    };
+    let changed = old.is_none_or(|o| strip(o) != strip(&obj));
+    if changed {
+        touch(&mut es[idx], api_version);
+    } else {
+        es[idx].raw.insert("apiVersion".into(), json!(api_version));
+    }
     write_entries(&mut obj, es);
     Ok(obj)
 }

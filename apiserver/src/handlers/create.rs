@@ -93,6 +93,7 @@ pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option
         }
     }
     defaults(&ctx.t, &mut obj)?;
+    drop_unknown_to_version(&ctx.st, &ctx.t, &mut obj);
     if let Some(mgr) = manager {
         crate::ssa::record_update(None, &mut obj, mgr, &api_version, None);
     }

@@ -143,6 +143,74 @@ pub(crate) fn check_namespace(st: &State, ns: &str, resource: &str, name: &str) 
 }
 
 /// Kind-specific defaulting applied on every write.
+/// The defaults kube-apiserver gives a webhook of an admission webhook configuration (`admissionregistration/v1`
+/// `SetDefaults_*`).
+fn webhook_defaults(wh: &mut Value, mutating: bool) {
+    let Some(m) = wh.as_object_mut() else { return };
+    m.entry("failurePolicy").or_insert_with(|| json!("Fail"));
+    m.entry("matchPolicy").or_insert_with(|| json!("Equivalent"));
+    m.entry("namespaceSelector").or_insert_with(|| json!({}));
+    m.entry("objectSelector").or_insert_with(|| json!({}));
+    m.entry("timeoutSeconds").or_insert_with(|| json!(10));
+    if mutating {
+        m.entry("reinvocationPolicy").or_insert_with(|| json!("Never"));
+    }
+    if let Some(svc) = m
+        .get_mut("clientConfig")
+        .and_then(|c| c.get_mut("service"))
+        .and_then(Value::as_object_mut)
+    {
+        svc.entry("port").or_insert_with(|| json!(443));
+    }
+    for rule in m.get_mut("rules").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(r) = rule.as_object_mut() {
+            r.entry("scope").or_insert_with(|| json!("*"));
+        }
+    }
+}
+
+/// Fields an older Kubernetes version does not know are dropped on write (as its decoder does): on 1.24,
+/// webhooks' `matchConditions`.
+pub(crate) fn drop_unknown_to_version(st: &State, t: &Target, obj: &mut Value) {
+    let webhook_cfg = t.def.group == "admissionregistration.k8s.io"
+        && matches!(
+            t.def.plural.as_str(),
+            "validatingwebhookconfigurations" | "mutatingwebhookconfigurations"
+        );
+    if webhook_cfg && !st.version.has_match_conditions() {
+        for wh in obj.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(m) = wh.as_object_mut() {
+                m.remove("matchConditions");
+            }
+        }
+    }
+}
+
+/// Server-side apply on a version that does not know a field the configuration sets: 500, as kube-apiserver
+/// 1.24 answers (`failed to create typed patch object (...): ...: field not declared in schema`).
+pub(crate) fn check_apply_schema(st: &State, t: &Target, applied: &Value, name: &str) -> ApiResult<()> {
+    let webhook_cfg = t.def.group == "admissionregistration.k8s.io"
+        && matches!(
+            t.def.plural.as_str(),
+            "validatingwebhookconfigurations" | "mutatingwebhookconfigurations"
+        );
+    if !webhook_cfg || st.version.has_match_conditions() {
+        return Ok(());
+    }
+    for wh in applied.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
+        if wh.get("matchConditions").is_some() {
+            let wname = wh.get("name").and_then(Value::as_str).unwrap_or("");
+            return Err(ApiError::internal(format!(
+                "failed to create typed patch object ({}/{name}; {}, Kind={}): .webhooks[name=\"{wname}\"].matchConditions: field not declared in schema",
+                t.ns(),
+                t.def.api_version(&t.version),
+                t.def.kind
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
     let name = name_of(obj).to_string();
     match (t.def.group.as_str(), t.def.plural.as_str()) {
@@ -177,6 +245,12 @@ pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
             }
             if obj.get("type").is_none() {
                 obj["type"] = json!("Opaque");
+            }
+        }
+        ("admissionregistration.k8s.io", p @ ("validatingwebhookconfigurations" | "mutatingwebhookconfigurations")) => {
+            let mutating = p == "mutatingwebhookconfigurations";
+            for wh in obj.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
+                webhook_defaults(wh, mutating);
             }
         }
         ("apps", "deployments") => {

@@ -5,7 +5,13 @@ use super::*;
 
 /// Builds the object to store for an update of `old` with `body` (status separation,
 /// immutable metadata, generation, defaults, managedFields).
-pub(crate) fn prepare_update(t: &Target, old: &Value, body: Value, manager: Option<&str>) -> ApiResult<Value> {
+pub(crate) fn prepare_update(
+    st: &State,
+    t: &Target,
+    old: &Value,
+    body: Value,
+    manager: Option<&str>,
+) -> ApiResult<Value> {
     let api_version = t.def.api_version(&t.version);
     let mut new = if t.status() {
         let mut n = old.clone();
@@ -68,6 +74,7 @@ pub(crate) fn prepare_update(t: &Target, old: &Value, body: Value, manager: Opti
         m.remove("selfLink");
     }
     defaults(t, &mut new)?;
+    drop_unknown_to_version(st, t, &mut new);
     if tracks_generation(&t.def) && spec_part(old) != spec_part(&new) {
         let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
         new["metadata"]["generation"] = json!(g + 1);
@@ -145,17 +152,25 @@ pub(crate) async fn update(ctx: &mut Ctx) -> ApiResult<Response> {
     let manager = ctx.manager();
     let (g, p) = (ctx.t.def.group.clone(), ctx.t.def.plural.clone());
     for _ in 0..MAX_RETRIES {
-        let old = ctx
-            .st
-            .store
-            .get(&ctx.gr(), ctx.t.ns(), &name)
-            .ok_or_else(|| ctx.not_found(&name))?;
+        let Some(old) = ctx.st.store.get(&ctx.gr(), ctx.t.ns(), &name) else {
+            // Some kinds (Leases, Events) are created by a PUT of a missing object (`AllowCreateOnUpdate`).
+            if ctx.t.sub.is_none() && crate::access::creates_on_update(&ctx.t) {
+                if let Some(m) = meta_mut(&mut body) {
+                    m.remove("resourceVersion");
+                }
+                match create_object(ctx, body.clone(), Some(&manager)).await {
+                    Err(e) if e.reason == "AlreadyExists" => continue,
+                    r => return r,
+                }
+            }
+            return Err(ctx.not_found(&name));
+        };
         if let Some(w) = &want_rv {
             if *w != rv_of(&old).to_string() {
                 return Err(ApiError::stale(&g, &p, &name));
             }
         }
-        let new = prepare_update(&ctx.t, &old, body.clone(), Some(&manager))?;
+        let new = prepare_update(&ctx.st, &ctx.t, &old, body.clone(), Some(&manager))?;
         if let Some(out) = commit_update(ctx, old, new).await? {
             return Ok(ok_json(StatusCode::OK, &present(&ctx.t, &out)));
         }
@@ -200,7 +215,7 @@ pub(crate) async fn patch(ctx: &mut Ctx) -> ApiResult<Response> {
         if precondition {
             return Err(ApiError::stale(&g, &p, &name));
         }
-        let new = prepare_update(&ctx.t, &old, doc, Some(&manager))?;
+        let new = prepare_update(&ctx.st, &ctx.t, &old, doc, Some(&manager))?;
         if let Some(out) = commit_update(ctx, old, new).await? {
             return Ok(ok_json(StatusCode::OK, &present(&ctx.t, &out)));
         }
@@ -227,6 +242,7 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
     }
     check_body_type(&ctx.t, &applied)?;
     check_identity(ctx, &applied, name)?;
+    check_apply_schema(&ctx.st, &ctx.t, &applied, name)?;
     let api_version = ctx.api_version();
     let sub = ctx.t.sub.clone();
     let has_status = ctx.t.def.has_status(&ctx.t.version);
@@ -256,7 +272,7 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
                     sub.as_deref(),
                     has_status,
                 )?;
-                let new = prepare_update(&ctx.t, &old, merged, None)?;
+                let new = prepare_update(&ctx.st, &ctx.t, &old, merged, None)?;
                 if let Some(out) = commit_update(ctx, old, new).await? {
                     return Ok(ok_json(StatusCode::OK, &present(&ctx.t, &out)));
                 }

@@ -469,7 +469,8 @@ impl Replay<'_> {
                     self.check(i, step, sent.status, &sent.headers, &events)
                 } else {
                     // Not a stream after all: an error Status.
-                    self.check(i, step, sent.status, &sent.headers, &Value::Null)
+                    let status = events.as_array().and_then(|a| a.first()).cloned().unwrap_or(Value::Null);
+                    self.check(i, step, sent.status, &sent.headers, &status)
                 };
                 self.raw[i] = events;
                 res?;

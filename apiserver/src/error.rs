@@ -166,6 +166,11 @@ impl ApiError {
         if let Some(d) = &self.details {
             v["details"] = d.clone();
         }
+        if self.reason.is_empty() {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("reason");
+            }
+        }
         v
     }
 }

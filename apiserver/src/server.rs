@@ -45,6 +45,9 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         crate::handlers::bootstrap_namespace(&state, ns);
     }
     crate::access::bootstrap_cluster_roles(&state);
+    // As on a real cluster, the history of what existed before start is compacted: a watch from
+    // resourceVersion 1 is too old.
+    state.store.compact();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls_cfg);
     let st = state.clone();
     let mut sd = sd_rx;

@@ -460,11 +460,7 @@ pub fn apply(
                 .iter()
                 .map(|(m, ps)| {
                     let lines: Vec<String> = ps.iter().map(|p| format!("- {p}")).collect();
-                    if ps.len() == 1 {
-                        format!("conflict with {m}:\n{}", lines.join("\n"))
-                    } else {
-                        format!("conflicts with {m}:\n{}", lines.join("\n"))
-                    }
+                    format!("conflicts with {m}:\n{}", lines.join("\n"))
                 })
                 .collect::<Vec<_>>()
                 .join("\n")

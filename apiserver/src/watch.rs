@@ -128,7 +128,21 @@ impl W {
                             t.as_str()
                         }
                     };
-                    let l = self.line(typ, &e.object);
+                    // An object that leaves the selector is sent as DELETED with its previous content (at the
+                    // new resourceVersion), as kube-apiserver's watch cache does.
+                    let l = match (typ, e.typ, &e.prev) {
+                        ("DELETED", EventType::Modified, Some(prev)) => {
+                            let mut old = (**prev).clone();
+                            if let (Some(m), Some(rv)) = (
+                                crate::util::meta_mut(&mut old),
+                                e.object.pointer("/metadata/resourceVersion").cloned(),
+                            ) {
+                                m.insert("resourceVersion".into(), rv);
+                            }
+                            self.line(typ, &old)
+                        }
+                        _ => self.line(typ, &e.object),
+                    };
                     self.pending.push_back(l);
                 }
             }

@@ -212,9 +212,9 @@ pub(crate) async fn delete_one(ctx: &mut Ctx, name: &str, opts: &DeleteOpts) -> 
             if u != actual {
                 return Err(ApiError::conflict(
                     &g,
-                    &p,
+                    &ctx.t.def.kind,
                     name,
-                    &format!("Precondition failed: UID in precondition: {u}, UID in object meta: {actual}"),
+                    &format!("the UID in the precondition ({u}) does not match the UID in record ({actual}). The object might have been deleted and then recreated"),
                 ));
             }
         }
@@ -223,9 +223,9 @@ pub(crate) async fn delete_one(ctx: &mut Ctx, name: &str, opts: &DeleteOpts) -> 
             if *r != actual {
                 return Err(ApiError::conflict(
                     &g,
-                    &p,
+                    &ctx.t.def.kind,
                     name,
-                    &format!("Precondition failed: ResourceVersion in precondition: {r}, ResourceVersion in object meta: {actual}"),
+                    &format!("the ResourceVersion in the precondition ({r}) does not match the ResourceVersion in record ({actual}). The object might have been modified"),
                 ));
             }
         }

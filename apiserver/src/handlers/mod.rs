@@ -200,7 +200,7 @@ pub(crate) fn check_apply_schema(st: &State, t: &Target, applied: &Value, name: 
     for wh in applied.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
         if wh.get("matchConditions").is_some() {
             let wname = wh.get("name").and_then(Value::as_str).unwrap_or("");
-            return Err(ApiError::internal(format!(
+            return Err(ApiError::new(500, "", format!(
                 "failed to create typed patch object ({}/{name}; {}, Kind={}): .webhooks[name=\"{wname}\"].matchConditions: field not declared in schema",
                 t.ns(),
                 t.def.api_version(&t.version),

@@ -75,6 +75,7 @@ pub(crate) fn prepare_update(
     }
     defaults(t, &mut new)?;
     drop_unknown_to_version(st, t, &mut new);
+    check_no_new_finalizers(t, old, &new)?;
     if tracks_generation(&t.def) && spec_part(old) != spec_part(&new) {
         let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
         new["metadata"]["generation"] = json!(g + 1);
@@ -83,6 +84,38 @@ pub(crate) fn prepare_update(
         crate::ssa::record_update(Some(old), &mut new, mgr, &api_version, t.sub.as_deref());
     }
     Ok(new)
+}
+
+/// An object being deleted takes no new finalizer (422, as `ValidateObjectMetaUpdate`; the real server reports
+/// the cause twice, its validation runs twice).
+fn check_no_new_finalizers(t: &Target, old: &Value, new: &Value) -> ApiResult<()> {
+    if meta_str(old, "deletionTimestamp").is_none() {
+        return Ok(());
+    }
+    let before = finalizers_of(old);
+    let added: Vec<String> = finalizers_of(new).into_iter().filter(|f| !before.contains(f)).collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    let list = added.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ");
+    let msg = format!(
+        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{list}}}"
+    );
+    let name = name_of(new);
+    let cause = json!({"reason": "FieldValueForbidden", "message": msg, "field": "metadata.finalizers"});
+    let mut details = json!({"name": name, "kind": t.def.kind, "causes": [cause.clone(), cause]});
+    if !t.def.group.is_empty() {
+        details["group"] = json!(t.def.group);
+    }
+    Err(ApiError::new(
+        422,
+        "Invalid",
+        format!(
+            "{} \"{name}\" is invalid: metadata.finalizers: {msg}",
+            crate::error::qualified(&t.def.group, &t.def.kind)
+        ),
+    )
+    .with_details(details))
 }
 
 /// Admission + compare-and-swap. `Ok(None)` = lost a race, retry.
@@ -263,6 +296,12 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
                 }
             }
             Some(old) => {
+                // A resourceVersion in the configuration is a precondition.
+                if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty()) {
+                    if rv != rv_of(&old).to_string() {
+                        return Err(ApiError::stale(&g, &p, name));
+                    }
+                }
                 let merged = crate::ssa::apply(
                     Some(&old),
                     &applied,

@@ -181,6 +181,7 @@ struct Norm {
     time: regex::Regex,
     uid: regex::Regex,
     too_old: regex::Regex,
+    precondition_rv: regex::Regex,
 }
 
 impl Norm {
@@ -189,15 +190,15 @@ impl Norm {
             time: regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})").expect("re"),
             uid: regex::Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").expect("re"),
             too_old: regex::Regex::new(r"too old resource version: (\d+) \((\d+)\)").expect("re"),
+            precondition_rv: regex::Regex::new(r"(ResourceVersion in (?:the precondition|record)) \(\d+\)").expect("re"),
         }
     }
 
     fn string(&self, s: &str) -> String {
         let s = self.time.replace_all(s, "<time>");
         let s = self.uid.replace_all(&s, "<uid>");
-        self.too_old
-            .replace_all(&s, "too old resource version: $1 (<rv>)")
-            .into_owned()
+        let s = self.too_old.replace_all(&s, "too old resource version: $1 (<rv>)");
+        self.precondition_rv.replace_all(&s, "$1 (<rv>)").into_owned()
     }
 
     fn value(&self, v: &Value) -> Value {

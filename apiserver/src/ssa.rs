@@ -494,6 +494,18 @@ pub fn apply(
             if !owned_elsewhere && !still_applied {
                 remove_at(&mut obj, p);
                 gone.push(p);
+                // a map left empty by the removal goes too, unless someone owns it or applies it
+                let mut parent = p[..p.len().saturating_sub(1)].to_vec();
+                while !parent.is_empty() {
+                    let empty = get_at(&obj, &parent).is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
+                    let owned = es.iter().enumerate().any(|(i, e)| i != mi && e.set.contains(&parent))
+                        || all.iter().any(|q| q.starts_with(&parent));
+                    if !empty || owned {
+                        break;
+                    }
+                    remove_at(&mut obj, &parent);
+                    parent.pop();
+                }
             }
         }
     }

@@ -186,6 +186,17 @@ async fn step(mut w: W) -> Option<(Result<Bytes, Infallible>, W)> {
     }
 }
 
+/// When the first BOOKMARK of a watch is due: like kube-apiserver's watch cache, 2 s before the watch's
+/// deadline when that is still ahead (a client learns a fresh resourceVersion before it must reconnect), or
+/// after the bookmark interval, whichever comes first.
+fn first_bookmark(now: Instant, deadline: Instant, interval: Duration) -> Instant {
+    let periodic = now + interval;
+    match deadline.checked_sub(Duration::from_secs(2)) {
+        Some(before_end) if before_end > now + Duration::from_millis(1500) => before_end.min(periodic),
+        _ => periodic,
+    }
+}
+
 pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
     let (ls, fs) = selectors(&ctx.q)?;
     let timeout = match ctx.q.get("timeoutSeconds").filter(|s| !s.is_empty()) {
@@ -222,7 +233,7 @@ pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
         shutdown: ctx.st.shutdown.clone(),
         deadline: Instant::now() + timeout,
         bookmarks,
-        next_bookmark: Instant::now() + ctx.st.bookmark_interval,
+        next_bookmark: first_bookmark(Instant::now(), Instant::now() + timeout, ctx.st.bookmark_interval),
         sent: 0,
         done_after_pending: false,
     };
@@ -235,7 +246,9 @@ pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
             .map(|o| w.line("ADDED", o))
             .collect();
         w.pending.extend(lines);
-        if send_initial {
+        // Newer servers end the initial events of any watch that allows bookmarks with the
+        // `k8s.io/initial-events-end` bookmark (1.24 only for streaming lists, which it does not have).
+        if send_initial || (bookmarks && ctx.st.version != crate::KubeVersion::V1_24) {
             let b = w.bookmark(true);
             w.pending.push_back(b);
         }

@@ -73,6 +73,10 @@ pub(crate) fn mark_deleting(obj: &Value) -> Value {
     if let Some(m) = meta_mut(&mut o) {
         m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
         m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        // as `rest.BeforeDelete`: an object with a generation gets a new one when marked for deletion
+        if let Some(g) = m.get("generation").and_then(Value::as_i64).filter(|g| *g > 0) {
+            m.insert("generation".into(), json!(g + 1));
+        }
     }
     o
 }
@@ -266,7 +270,8 @@ pub(crate) async fn delete(ctx: &mut Ctx) -> ApiResult<Response> {
     let opts = delete_opts(ctx)?;
     let out = delete_one(ctx, &name, &opts).await?;
     let still_there = ctx.st.store.get(&ctx.gr(), ctx.t.ns(), &name).is_some();
-    if still_there || opts.dry_run || ctx.t.gr() == ns_gr() {
+    let would_stay = opts.dry_run && !finalizers_of(&out).is_empty();
+    if (still_there && !opts.dry_run) || would_stay || ctx.t.gr() == ns_gr() {
         return Ok(ok_json(StatusCode::OK, &present(&ctx.t, &out)));
     }
     // like the real server: an immediate deletion answers with a Success Status

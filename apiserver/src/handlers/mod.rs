@@ -252,6 +252,29 @@ pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
             for wh in obj.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
                 webhook_defaults(wh, mutating);
             }
+            for (i, wh) in obj.get("webhooks").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                let cc = wh.get("clientConfig");
+                let has = |k: &str| cc.and_then(|c| c.get(k)).is_some_and(|v| !v.is_null());
+                if has("url") == has("service") {
+                    let field = format!("webhooks[{i}].clientConfig");
+                    let msg = "Required value: exactly one of url or service is required";
+                    return Err(ApiError::new(
+                        422,
+                        "Invalid",
+                        format!("{}.{} \"{name}\" is invalid: {field}: {msg}", t.def.kind, t.def.group),
+                    )
+                    .with_details(json!({"name": name, "group": t.def.group, "kind": t.def.kind, "causes": [
+                        {"reason": "FieldValueRequired", "message": msg, "field": field}
+                    ]})));
+                }
+            }
+        }
+        ("events.k8s.io", "events") => {
+            if let Some(m) = obj.as_object_mut() {
+                m.entry("deprecatedSource").or_insert_with(|| json!({}));
+                m.entry("deprecatedFirstTimestamp").or_insert(Value::Null);
+                m.entry("deprecatedLastTimestamp").or_insert(Value::Null);
+            }
         }
         ("apps", "deployments") => {
             if !obj.get("spec").is_some_and(Value::is_object) {
@@ -309,7 +332,7 @@ pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
 /// Whether objects of this kind carry `metadata.generation` (a real API server sets it per kind; Secrets
 /// and ConfigMaps have none).
 pub(crate) fn tracks_generation(def: &ResourceDef) -> bool {
-    !(def.group.is_empty() && matches!(def.plural.as_str(), "secrets" | "configmaps"))
+    !(def.group.is_empty() && matches!(def.plural.as_str(), "secrets" | "configmaps" | "namespaces"))
 }
 
 /// Everything except metadata and status (what `generation` tracks).

@@ -76,7 +76,9 @@ pub(crate) fn prepare_update(
     defaults(t, &mut new)?;
     drop_unknown_to_version(st, t, &mut new);
     check_no_new_finalizers(t, old, &new)?;
-    if tracks_generation(&t.def) && spec_part(old) != spec_part(&new) {
+    check_immutable(t, old, &new)?;
+    let with_status = !t.def.has_status(&t.version);
+    if tracks_generation(&t.def) && (spec_part(old) != spec_part(&new) || (with_status && old.get("status") != new.get("status"))) {
         let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
         new["metadata"]["generation"] = json!(g + 1);
     }
@@ -118,6 +120,75 @@ fn check_no_new_finalizers(t: &Target, old: &Value, new: &Value) -> ApiResult<()
     .with_details(details))
 }
 
+/// A Secret's `type` never changes; an immutable ConfigMap or Secret keeps its data and stays immutable.
+fn check_immutable(t: &Target, old: &Value, new: &Value) -> ApiResult<()> {
+    if !t.def.group.is_empty() || !matches!(t.def.plural.as_str(), "secrets" | "configmaps") || t.sub.is_some() {
+        return Ok(());
+    }
+    let name = name_of(new);
+    let invalid = |field: &str, reason: &str, msg: String| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("{} \"{name}\" is invalid: {field}: {msg}", t.def.kind),
+        )
+        .with_details(json!({"name": name, "kind": t.def.kind, "causes": [
+            {"reason": reason, "message": msg, "field": field}
+        ]}))
+    };
+    if t.def.plural == "secrets" && old.get("type") != new.get("type") {
+        let v = new.get("type").and_then(Value::as_str).unwrap_or("");
+        return Err(invalid(
+            "type",
+            "FieldValueInvalid",
+            format!("Invalid value: \"{v}\": field is immutable"),
+        ));
+    }
+    if old.get("immutable") == Some(&json!(true)) {
+        let forbidden = "Forbidden: field is immutable when `immutable` is set".to_string();
+        if new.get("immutable") != Some(&json!(true)) {
+            return Err(invalid("immutable", "FieldValueForbidden", forbidden));
+        }
+        for field in ["data", "binaryData"] {
+            if old.get(field) != new.get(field) {
+                return Err(invalid(field, "FieldValueForbidden", forbidden));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `PatchOptions` validation (422 `PatchOptions.meta.k8s.io "" is invalid`), as kube-apiserver does it
+/// before looking at the body.
+fn check_patch_options(ctx: &Ctx, kind: PatchKind) -> ApiResult<()> {
+    let invalid = |field: &str, reason: &str, msg: &str| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {msg}"),
+        )
+        .with_details(json!({"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
+            {"reason": reason, "message": msg, "field": field}
+        ]}))
+    };
+    let manager = ctx.q.get("fieldManager").map(String::as_str).unwrap_or("");
+    if kind == PatchKind::Apply && manager.is_empty() {
+        return Err(invalid("fieldManager", "FieldValueRequired", "Required value: is required for apply patch"));
+    }
+    if kind != PatchKind::Apply && ctx.q.contains_key("force") {
+        return Err(invalid("force", "FieldValueForbidden", "Forbidden: may not be specified for non-apply patch"));
+    }
+    if manager.len() > 128 {
+        let msg = if ctx.st.version == crate::KubeVersion::V1_24 {
+            "Too long: must have at most 128 bytes"
+        } else {
+            "Too long: may not be more than 128 bytes"
+        };
+        return Err(invalid("fieldManager", "FieldValueTooLong", msg));
+    }
+    Ok(())
+}
+
 /// Admission + compare-and-swap. `Ok(None)` = lost a race, retry.
 pub(crate) async fn commit_update(ctx: &mut Ctx, old: Arc<Value>, new: Value) -> ApiResult<Option<Value>> {
     if strip_volatile(&old) == strip_volatile(&new) {
@@ -138,7 +209,13 @@ pub(crate) async fn commit_update(ctx: &mut Ctx, old: Arc<Value>, new: Value) ->
             Cas::Ok(o) => {
                 ctx.changed = true;
                 after_remove(&ctx.st, &gr, &ns, &o);
-                Ok(Some((*o).clone()))
+                // the answer is the object as last written (without finalizers), at the deletion's version
+                let mut out = new;
+                if let (Some(m), Some(rv)) = (meta_mut(&mut out), o.pointer("/metadata/resourceVersion").cloned()) {
+                    m.insert("resourceVersion".into(), rv);
+                    m.remove("finalizers");
+                }
+                Ok(Some(out))
             }
         };
     }
@@ -184,6 +261,17 @@ pub(crate) async fn update(ctx: &mut Ctx) -> ApiResult<Response> {
         .map(|s| s.to_string());
     let manager = ctx.manager();
     let (g, p) = (ctx.t.def.group.clone(), ctx.t.def.plural.clone());
+    // Leases and custom resources refuse an unconditional update (`AllowUnconditionalUpdate` false).
+    let unconditional_ok = !(ctx.t.def.crd || (g == "coordination.k8s.io" && p == "leases"));
+    if want_rv.is_none() && !unconditional_ok && ctx.st.store.get(&ctx.gr(), ctx.t.ns(), &name).is_some() {
+        return Err(ApiError::invalid(
+            &g,
+            &p,
+            &name,
+            "metadata.resourceVersion",
+            "Invalid value: 0: must be specified for an update",
+        ));
+    }
     for _ in 0..MAX_RETRIES {
         let Some(old) = ctx.st.store.get(&ctx.gr(), ctx.t.ns(), &name) else {
             // Some kinds (Leases, Events) are created by a PUT of a missing object (`AllowCreateOnUpdate`).
@@ -221,11 +309,15 @@ pub(crate) async fn patch(ctx: &mut Ctx) -> ApiResult<Response> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let kind = PatchKind::from_content_type(ct).ok_or_else(|| {
-        ApiError::unsupported_media(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {ct:?})"
-        ))
-    })?;
+    let Some(kind) = PatchKind::from_content_type(ct) else {
+        return Err(ApiError::new(415, "UnsupportedMediaType", "415: Unsupported Media Type").with_details(json!({})));
+    };
+    if kind == PatchKind::Strategic && ctx.t.def.crd {
+        return Err(ApiError::unsupported_media(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    check_patch_options(ctx, kind)?;
     if kind == PatchKind::Apply {
         return apply(ctx, &name).await;
     }
@@ -266,12 +358,12 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
         .ok_or_else(|| ApiError::bad_request("fieldManager is required for apply requests"))?;
     let force = query_bool(&ctx.q, "force");
     let applied = parse_body(ctx)?;
-    for k in ["apiVersion", "kind"] {
-        if applied.get(k).and_then(Value::as_str).is_none_or(str::is_empty) {
-            return Err(ApiError::bad_request(format!(
-                "{k} must be set in an apply configuration"
-            )));
-        }
+    // An apply configuration must name this kind (`invalid object type: <group>/<version>, Kind=<kind>`).
+    let av = applied.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let k = applied.get("kind").and_then(Value::as_str).unwrap_or("");
+    if av != ctx.api_version() || k != ctx.t.def.kind {
+        let gv = if av.contains('/') { av.to_string() } else { format!("/{av}") };
+        return Err(ApiError::bad_request(format!("invalid object type: {gv}, Kind={k}")));
     }
     check_body_type(&ctx.t, &applied)?;
     check_identity(ctx, &applied, name)?;
@@ -296,12 +388,6 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
                 }
             }
             Some(old) => {
-                // A resourceVersion in the configuration is a precondition.
-                if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty()) {
-                    if rv != rv_of(&old).to_string() {
-                        return Err(ApiError::stale(&g, &p, name));
-                    }
-                }
                 let merged = crate::ssa::apply(
                     Some(&old),
                     &applied,
@@ -311,6 +397,12 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
                     sub.as_deref(),
                     has_status,
                 )?;
+                // A resourceVersion in the configuration is a precondition (checked after field conflicts).
+                if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty()) {
+                    if rv != rv_of(&old).to_string() {
+                        return Err(ApiError::stale(&g, &p, name));
+                    }
+                }
                 let new = prepare_update(&ctx.st, &ctx.t, &old, merged, None)?;
                 if let Some(out) = commit_update(ctx, old, new).await? {
                     return Ok(ok_json(StatusCode::OK, &present(&ctx.t, &out)));

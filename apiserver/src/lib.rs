@@ -15,6 +15,7 @@ mod handlers;
 pub mod patch;
 pub mod proto;
 pub mod registry;
+pub mod schema;
 mod render;
 pub mod selectors;
 mod server;

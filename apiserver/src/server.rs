@@ -240,6 +240,16 @@ pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
     resp
 }
 
+/// Whether `path` is under a group/version the server serves (`/api/v1/...`, `/apis/<g>/<v>/...`).
+fn served_group_version(st: &State, path: &str) -> bool {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["api", v, ..] => st.registry.api_resource_list("", v).is_some(),
+        ["apis", g, v, ..] => st.registry.api_resource_list(g, v).is_some(),
+        _ => true,
+    }
+}
+
 /// Fill `rec` from the path of a request for a resource the server does not serve:
 /// `/api/v1/...` or `/apis/<group>/<version>/...`, then `[namespaces/<ns>/]<resource>[/<name>[/<sub>]]`.
 fn describe_unknown(method: &Method, path: &str, q: &crate::context::Query, rec: &mut RequestRecord) {
@@ -301,6 +311,16 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
             if let Err(e) = crate::access::authorize_unknown(st, &user, rec) {
                 return e.into_response();
             }
+            // A group/version the server does not serve at all is the mux's plain-text 404, as on a real
+            // server; an unknown resource of a served group/version is a NotFound Status.
+            if !served_group_version(st, &path) {
+                return (
+                    StatusCode::NOT_FOUND,
+                    [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                    "404 page not found\n",
+                )
+                    .into_response();
+            }
             return ApiError::not_found_path().into_response();
         }
         Route::Resource(t, w) => (t, w),
@@ -345,7 +365,7 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
         Err(e) => e.into_response(),
     };
     for w in &ctx.warnings {
-        let text = format!("299 - \"{}\"", w.replace('"', "'"));
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
         if let Ok(v) = header::HeaderValue::from_str(&text) {
             resp.headers_mut().append(header::WARNING, v);
         }

@@ -94,6 +94,8 @@ pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option
     }
     defaults(&ctx.t, &mut obj)?;
     drop_unknown_to_version(&ctx.st, &ctx.t, &mut obj);
+    prune_unknown(ctx, &mut obj)?;
+    validate_schema(&ctx.t, &obj)?;
     if let Some(mgr) = manager {
         crate::ssa::record_update(None, &mut obj, mgr, &api_version, None);
     }

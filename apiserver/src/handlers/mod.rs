@@ -169,6 +169,82 @@ fn webhook_defaults(wh: &mut Value, mutating: bool) {
     }
 }
 
+/// The schema of the request's CRD version, if any.
+fn crd_schema(t: &Target) -> Option<Value> {
+    t.def.version(&t.version).and_then(|v| v.schema.clone())
+}
+
+/// Drops the fields the kind's schema does not declare, as kube-apiserver's decoder does: with a warning
+/// `unknown field "<path>"`, or a 400 under `fieldValidation=Strict` (1.24 drops them silently and ignores
+/// the parameter).
+pub(crate) fn prune_unknown(ctx: &mut Ctx, obj: &mut Value) -> ApiResult<()> {
+    let pruned = match crd_schema(&ctx.t) {
+        Some(s) => crate::schema::prune(&s, obj),
+        None => crate::schema::prune_builtin(&ctx.t.def.group, &ctx.t.def.plural, obj),
+    };
+    if pruned.is_empty() || ctx.st.version == crate::KubeVersion::V1_24 {
+        return Ok(());
+    }
+    let unknown: Vec<String> = pruned.iter().map(|p| format!("unknown field \"{p}\"")).collect();
+    match ctx.q.get("fieldValidation").map(String::as_str) {
+        Some("Strict") => {
+            let kind = &ctx.t.def.kind;
+            Err(ApiError::bad_request(format!(
+                "{kind} in version \"{}\" cannot be handled as a {kind}: strict decoding error: {}",
+                ctx.t.version,
+                unknown.join(", ")
+            )))
+        }
+        Some("Ignore") => Ok(()),
+        _ => {
+            ctx.warnings.extend(unknown);
+            Ok(())
+        }
+    }
+}
+
+/// Validates a custom resource against its schema: 422 with one cause per violation.
+pub(crate) fn validate_schema(t: &Target, obj: &Value) -> ApiResult<()> {
+    let Some(schema) = crd_schema(t) else {
+        return Ok(());
+    };
+    let causes = crate::schema::validate(&schema, obj);
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = name_of(obj);
+    let qualified = crate::error::qualified(&t.def.group, &t.def.kind);
+    let mut details = json!({"name": name, "kind": t.def.kind,
+        "causes": causes.iter().map(crate::schema::Cause::to_json).collect::<Vec<_>>()});
+    if !t.def.group.is_empty() {
+        details["group"] = json!(t.def.group);
+    }
+    Err(ApiError::new(422, "Invalid", crate::schema::invalid_message(&qualified, name, &causes)).with_details(details))
+}
+
+/// Server-side apply's typed-patch check: 500 `failed to create typed patch object (<ns>/<name>; <group>/<version>,
+/// Kind=<kind>): <what>` for a field the schema does not declare or a value of the wrong shape.
+pub(crate) fn check_typed_patch(t: &Target, applied: &Value, name: &str) -> ApiResult<()> {
+    let err = match crd_schema(t) {
+        Some(s) => crate::schema::typed_patch_error(&s, applied),
+        None => crate::schema::typed_patch_error_builtin(&t.def.group, &t.def.plural, applied),
+    };
+    match err {
+        None => Ok(()),
+        Some(e) => Err(ApiError::new(
+            500,
+            "",
+            format!(
+                "failed to create typed patch object ({}/{name}; {}/{}, Kind={}): {e}",
+                t.ns(),
+                t.def.group,
+                t.version,
+                t.def.kind
+            ),
+        )),
+    }
+}
+
 /// Fields an older Kubernetes version does not know are dropped on write (as its decoder does): on 1.24,
 /// webhooks' `matchConditions`.
 pub(crate) fn drop_unknown_to_version(st: &State, t: &Target, obj: &mut Value) {

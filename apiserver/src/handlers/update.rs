@@ -76,6 +76,7 @@ pub(crate) fn prepare_update(
     defaults(t, &mut new)?;
     drop_unknown_to_version(st, t, &mut new);
     check_no_new_finalizers(t, old, &new)?;
+    validate_schema(t, &new)?;
     check_immutable(t, old, &new)?;
     let with_status = !t.def.has_status(&t.version);
     if tracks_generation(&t.def) && (spec_part(old) != spec_part(&new) || (with_status && old.get("status") != new.get("status"))) {
@@ -252,6 +253,7 @@ pub(crate) async fn update(ctx: &mut Ctx) -> ApiResult<Response> {
     let name = ctx.name()?;
     let mut body = parse_body(ctx)?;
     check_body_type(&ctx.t, &body)?;
+    prune_unknown(ctx, &mut body)?;
     check_identity(ctx, &body, &name)?;
     if let Some(m) = meta_mut(&mut body) {
         m.insert("name".into(), json!(name));
@@ -335,6 +337,7 @@ pub(crate) async fn patch(ctx: &mut Ctx) -> ApiResult<Response> {
             return Err(ApiError::bad_request("patched object is not a JSON object"));
         }
         check_identity(ctx, &doc, &name)?;
+        prune_unknown(ctx, &mut doc)?;
         let prv = meta_str(&doc, "resourceVersion").unwrap_or("").to_string();
         let precondition = !prv.is_empty() && prv != rv_of(&old).to_string();
         if precondition {
@@ -368,6 +371,7 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
     check_body_type(&ctx.t, &applied)?;
     check_identity(ctx, &applied, name)?;
     check_apply_schema(&ctx.st, &ctx.t, &applied, name)?;
+    check_typed_patch(&ctx.t, &applied, name)?;
     let api_version = ctx.api_version();
     let sub = ctx.t.sub.clone();
     let has_status = ctx.t.def.has_status(&ctx.t.version);

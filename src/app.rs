@@ -29,9 +29,15 @@ pub fn print_crd() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The webhook configurations as YAML (what `deploy/webhooks.yaml` holds).
+/// The webhook configurations as YAML (what `deploy/webhooks.yaml` holds): without `matchConditions`, so
+/// that every supported Kubernetes version accepts the install (1.24–1.27 reject the field); the manager
+/// adds them at start where the API server has them (`match_conditions_supported`).
 pub fn webhook_manifests_yaml(namespace: &str) -> anyhow::Result<String> {
-    Ok(WebhookManifests::in_cluster(namespace).to_yaml()?)
+    let manifests = WebhookManifests {
+        match_conditions: false,
+        ..WebhookManifests::in_cluster(namespace)
+    };
+    Ok(manifests.to_yaml()?)
 }
 
 /// `btp-manager webhook-manifests`.

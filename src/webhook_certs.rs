@@ -46,6 +46,9 @@ pub enum CertsError {
     /// Other replicas kept winning the write race.
     #[error("gave up after {0} conflicting writes of the certificate Secret")]
     Conflicts(usize),
+    /// A patch could not be built.
+    #[error("building a patch: {0}")]
+    Patch(#[from] serde_json::Error),
     /// Certificate generation task failed.
     #[error("certificate generation task: {0}")]
     Join(#[from] tokio::task::JoinError),
@@ -298,8 +301,12 @@ where
         .map_err(api_err(format!("reading the {kind}")))?;
     let desired_json = serde_json::to_value(desired).unwrap_or_default();
     if let Some(current) = current {
-        if contains(&serde_json::to_value(&current).unwrap_or_default(), &desired_json) {
+        let current_json = serde_json::to_value(&current).unwrap_or_default();
+        if contains(&current_json, &desired_json) {
             return Ok(());
+        }
+        if switches_endpoint(&current_json, &desired_json) {
+            return replace_webhooks(api, name, &current_json, &desired_json).await;
         }
     }
     let params = PatchParams::apply(names::FIELD_MANAGER).force();
@@ -316,6 +323,54 @@ where
             CertsError::Api { action, source }
         })?;
     tracing::info!(%kind, %name, "webhook configuration applied");
+    Ok(())
+}
+
+/// Whether going from `current` to `desired` moves a webhook's `clientConfig` between `service` and `url`
+/// (a configuration installed from `deploy/webhooks.yaml` taken over by `btp-manager run` outside the
+/// cluster, or the other way round). A server-side apply cannot do that: the other field stays owned by the
+/// manager that set it (kubectl), the two merge, and the API server refuses the result ("exactly one of url
+/// or service is required").
+pub fn switches_endpoint(current: &serde_json::Value, desired: &serde_json::Value) -> bool {
+    let endpoint = |hook: &serde_json::Value| {
+        let config = &hook["clientConfig"];
+        (!config["url"].is_null(), !config["service"].is_null())
+    };
+    let (Some(current), Some(desired)) = (current["webhooks"].as_array(), desired["webhooks"].as_array()) else {
+        return false;
+    };
+    desired.iter().any(|d| {
+        current
+            .iter()
+            .find(|c| c.get("name") == d.get("name"))
+            .is_some_and(|c| endpoint(c) != endpoint(d))
+    })
+}
+
+/// Replace the whole `webhooks` list with the wanted one in one JSON patch (authorized as `patch`), guarded by
+/// the `resourceVersion` read, so a concurrent change makes it fail (409) and the next round decides again.
+async fn replace_webhooks<K>(
+    api: &Api<K>,
+    name: &str,
+    current: &serde_json::Value,
+    desired: &serde_json::Value,
+) -> Result<(), CertsError>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let kind = K::kind(&()).to_string();
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
+        {"op": "replace", "path": "/webhooks", "value": desired["webhooks"]},
+    ]))?;
+    let params = PatchParams {
+        field_manager: Some(names::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &Patch::<()>::Json(patch))
+        .await
+        .map_err(api_err(format!("switching the {kind}'s webhook endpoints")))?;
+    tracing::info!(%kind, %name, "webhook configuration taken over: endpoints switched between url and service");
     Ok(())
 }
 

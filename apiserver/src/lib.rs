@@ -24,11 +24,13 @@ pub mod store;
 pub mod tls;
 pub mod util;
 mod watch;
+pub mod workloads;
 
 pub use error::{ApiError, Error};
 pub use authz::User;
 pub use faults::{FaultInjector, FaultRule, RequestLog, RequestRecord};
 pub use server::{mark_deployment_available, spawn_deployment_controller};
+pub use workloads::spawn_workload_controller;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -97,7 +97,8 @@ pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option
     prune_unknown(ctx, &mut obj)?;
     validate_schema(&ctx.t, &obj)?;
     if let Some(mgr) = manager {
-        crate::ssa::record_update(None, &mut obj, mgr, &api_version, None);
+        let schema = crd_schema(&ctx.t);
+        crate::ssa::record_update(None, &mut obj, mgr, &api_version, None, schema.as_ref());
     }
     let mut obj = crate::admission::admit(ctx, "CREATE", Some(obj), None)
         .await?

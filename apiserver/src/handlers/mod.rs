@@ -170,7 +170,7 @@ fn webhook_defaults(wh: &mut Value, mutating: bool) {
 }
 
 /// The schema of the request's CRD version, if any.
-fn crd_schema(t: &Target) -> Option<Value> {
+pub(crate) fn crd_schema(t: &Target) -> Option<Value> {
     t.def.version(&t.version).and_then(|v| v.schema.clone())
 }
 

@@ -23,6 +23,10 @@ pub(crate) fn prepare_update(
                 }
             }
         }
+        // managedFields written with the status (an apply to /status records its entry there)
+        if let Some(mf) = body.pointer("/metadata/managedFields") {
+            n["metadata"]["managedFields"] = mf.clone();
+        }
         n
     } else {
         let mut n = body;
@@ -84,7 +88,8 @@ pub(crate) fn prepare_update(
         new["metadata"]["generation"] = json!(g + 1);
     }
     if let Some(mgr) = manager {
-        crate::ssa::record_update(Some(old), &mut new, mgr, &api_version, t.sub.as_deref());
+        let schema = crd_schema(t);
+        crate::ssa::record_update(Some(old), &mut new, mgr, &api_version, t.sub.as_deref(), schema.as_ref());
     }
     Ok(new)
 }
@@ -375,6 +380,7 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
     let api_version = ctx.api_version();
     let sub = ctx.t.sub.clone();
     let has_status = ctx.t.def.has_status(&ctx.t.version);
+    let schema = crd_schema(&ctx.t);
     let (g, p) = (ctx.t.def.group.clone(), ctx.t.def.plural.clone());
     for _ in 0..MAX_RETRIES {
         match ctx.st.store.get(&ctx.gr(), ctx.t.ns(), name) {
@@ -382,7 +388,16 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
                 if ctx.t.sub.is_some() {
                     return Err(ctx.not_found(name));
                 }
-                let mut obj = crate::ssa::apply(None, &applied, &manager, force, &api_version, None, has_status)?;
+                let mut obj = crate::ssa::apply(
+                    None,
+                    &applied,
+                    &manager,
+                    force,
+                    &api_version,
+                    None,
+                    has_status,
+                    schema.as_ref(),
+                )?;
                 if let Some(m) = meta_mut(&mut obj) {
                     m.insert("name".into(), json!(name));
                 }
@@ -400,6 +415,7 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
                     &api_version,
                     sub.as_deref(),
                     has_status,
+                    schema.as_ref(),
                 )?;
                 // A resourceVersion in the configuration is a precondition (checked after field conflicts).
                 if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty()) {

@@ -113,6 +113,9 @@ pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option
         Ok(stored) => {
             ctx.changed = true;
             after_write(&ctx.st, &ctx.gr(), &stored);
+            if def.namespaced {
+                collect_if_dangling(&ctx.st, &ctx.gr(), &stored);
+            }
             Ok(ok_json(StatusCode::CREATED, &present(&ctx.t, &stored)))
         }
         Err(_) => Err(ApiError::already_exists(&def.group, &def.plural, &name)),

@@ -96,6 +96,7 @@ pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option
     drop_unknown_to_version(&ctx.st, &ctx.t, &mut obj);
     prune_unknown(ctx, &mut obj)?;
     validate_schema(&ctx.t, &obj)?;
+    validate_match_conditions(&ctx.t, &obj)?;
     if let Some(mgr) = manager {
         let schema = crd_schema(&ctx.t);
         crate::ssa::record_update(None, &mut obj, mgr, &api_version, None, schema.as_ref());

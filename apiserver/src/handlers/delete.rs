@@ -197,6 +197,65 @@ pub(crate) fn terminate_namespace(st: &State, name: &str) {
         }
     }
     maybe_finish_namespace(st, name);
+    report_remaining_content(st, name);
+}
+
+/// What the namespace controller writes into a Terminating namespace whose content is held by finalizers:
+/// its five `NamespaceDeletion*` / `Namespace*Remaining` conditions.
+fn report_remaining_content(st: &State, name: &str) {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut finalizers: std::collections::BTreeMap<String, usize> = Default::default();
+    for gr in st.store.resources_in_namespace(name) {
+        let (items, _) = st.store.list(&gr, Some(name));
+        if items.is_empty() {
+            continue;
+        }
+        *counts.entry(format!("{}.{}", gr.1, gr.0)).or_default() += items.len();
+        for o in &items {
+            for f in finalizers_of(o) {
+                *finalizers.entry(f).or_default() += 1;
+            }
+        }
+    }
+    if counts.is_empty() {
+        return;
+    }
+    let now = now_rfc3339();
+    let cond = |t: &str, status: &str, reason: &str, message: String| {
+        json!({"type": t, "status": status, "lastTransitionTime": now, "reason": reason, "message": message})
+    };
+    let resources = counts
+        .iter()
+        .map(|(r, n)| format!("{r} has {n} resource instances"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut conditions = vec![
+        cond("NamespaceDeletionDiscoveryFailure", "False", "ResourcesDiscovered", "All resources successfully discovered".into()),
+        cond("NamespaceDeletionGroupVersionParsingFailure", "False", "ParsedGroupVersions", "All legacy kube types successfully parsed".into()),
+        cond("NamespaceDeletionContentFailure", "False", "ContentDeleted", "All content successfully deleted, may be waiting on finalization".into()),
+        cond("NamespaceContentRemaining", "True", "SomeResourcesRemain", format!("Some resources are remaining: {resources}")),
+    ];
+    if !finalizers.is_empty() {
+        let fins = finalizers
+            .iter()
+            .map(|(f, n)| format!("{f} in {n} resource instances"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        conditions.push(cond(
+            "NamespaceFinalizersRemaining",
+            "True",
+            "SomeFinalizersRemain",
+            format!("Some content in the namespace has finalizers remaining: {fins}"),
+        ));
+    }
+    for _ in 0..MAX_RETRIES {
+        let Some(nso) = st.store.get(&ns_gr(), "", name) else { return };
+        let mut n = (*nso).clone();
+        n["status"]["conditions"] = Value::Array(conditions.clone());
+        if let Cas::Ok(_) = st.store.replace(&ns_gr(), "", name, rv_of(&nso), n) {
+            return;
+        }
+    }
 }
 
 /// Creates a namespace directly in the store (server start).

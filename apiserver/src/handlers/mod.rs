@@ -262,6 +262,45 @@ pub(crate) fn drop_unknown_to_version(st: &State, t: &Target, obj: &mut Value) {
     }
 }
 
+/// A webhook's `matchConditions` must compile (422 `webhooks[i].matchConditions[j].expression: Invalid
+/// value: "<expr>": compilation failed: <error>`, the parser's text as cel-go words it).
+pub(crate) fn validate_match_conditions(t: &Target, obj: &Value) -> ApiResult<()> {
+    let webhook_cfg = t.def.group == "admissionregistration.k8s.io"
+        && matches!(
+            t.def.plural.as_str(),
+            "validatingwebhookconfigurations" | "mutatingwebhookconfigurations"
+        );
+    if !webhook_cfg {
+        return Ok(());
+    }
+    let mut causes = Vec::new();
+    for (i, wh) in obj.get("webhooks").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (j, mc) in wh.get("matchConditions").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let expr = mc.get("expression").and_then(Value::as_str).unwrap_or("");
+            if let Err(e) = cel::Program::compile(expr) {
+                // the same ANTLR grammar as cel-go; cel-go indents the source excerpt by one space
+                let e = e.to_string().replace("\n|", "\n |");
+                causes.push(crate::schema::Cause {
+                    field: format!("webhooks[{i}].matchConditions[{j}].expression"),
+                    reason: "FieldValueInvalid",
+                    message: format!("Invalid value: {expr:?}: compilation failed: {e}"),
+                });
+            }
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = name_of(obj);
+    let qualified = crate::error::qualified(&t.def.group, &t.def.kind);
+    Err(
+        ApiError::new(422, "Invalid", crate::schema::invalid_message(&qualified, name, &causes)).with_details(json!({
+            "name": name, "group": t.def.group, "kind": t.def.kind,
+            "causes": causes.iter().map(crate::schema::Cause::to_json).collect::<Vec<_>>(),
+        })),
+    )
+}
+
 /// Server-side apply on a version that does not know a field the configuration sets: 500, as kube-apiserver
 /// 1.24 answers (`failed to create typed patch object (...): ...: field not declared in schema`).
 pub(crate) fn check_apply_schema(st: &State, t: &Target, applied: &Value, name: &str) -> ApiResult<()> {

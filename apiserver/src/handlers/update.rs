@@ -81,6 +81,7 @@ pub(crate) fn prepare_update(
     drop_unknown_to_version(st, t, &mut new);
     check_no_new_finalizers(t, old, &new)?;
     validate_schema(t, &new)?;
+    validate_match_conditions(t, &new)?;
     check_immutable(t, old, &new)?;
     let with_status = !t.def.has_status(&t.version);
     if tracks_generation(&t.def) && (spec_part(old) != spec_part(&new) || (with_status && old.get("status") != new.get("status"))) {

@@ -271,7 +271,12 @@ fn escalation(st: &State, rbac: &Rbac, user: &User, t: &Target, r: &Request, bod
         _ => r.name.clone(),
     };
     let refuse = |missing: &[Rule]| {
-        ApiError::forbidden_for(&t.def.group, &t.def.plural, &name, &authz::escalation_message(user, missing))
+        ApiError::forbidden_for(
+            &t.def.group,
+            &t.def.plural,
+            &name,
+            &authz::escalation_message(user, missing),
+        )
     };
     match t.def.plural.as_str() {
         "roles" | "clusterroles" => {
@@ -331,9 +336,26 @@ fn escalation(st: &State, rbac: &Rbac, user: &User, t: &Target, r: &Request, bod
 /// The default ClusterRoles of a real cluster that a user may bind or aggregate from: `cluster-admin`, and
 /// `admin`, `edit`, `view` reduced to the kinds this server serves.
 pub(crate) fn bootstrap_cluster_roles(st: &State) {
-    let rw = ["create", "delete", "deletecollection", "patch", "update", "get", "list", "watch"];
+    let rw = [
+        "create",
+        "delete",
+        "deletecollection",
+        "patch",
+        "update",
+        "get",
+        "list",
+        "watch",
+    ];
     let ro = ["get", "list", "watch"];
-    let core = ["configmaps", "secrets", "services", "serviceaccounts", "pods", "endpoints", "events"];
+    let core = [
+        "configmaps",
+        "secrets",
+        "services",
+        "serviceaccounts",
+        "pods",
+        "endpoints",
+        "events",
+    ];
     let view_rules = serde_json::json!([
         {"apiGroups": [""], "resources": ["configmaps", "endpoints", "pods", "services", "serviceaccounts", "events", "namespaces", "namespaces/status", "pods/status", "services/status"], "verbs": ro},
         {"apiGroups": ["apps"], "resources": ["deployments", "deployments/scale", "deployments/status"], "verbs": ro},
@@ -355,7 +377,10 @@ pub(crate) fn bootstrap_cluster_roles(st: &State) {
         a.push(serde_json::json!({"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": rw}));
     }
     let roles = [
-        ("cluster-admin", serde_json::json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}])),
+        (
+            "cluster-admin",
+            serde_json::json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]),
+        ),
         ("admin", admin_rules),
         ("edit", edit_rules),
         ("view", view_rules),

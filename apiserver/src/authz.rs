@@ -120,7 +120,9 @@ impl Rule {
             match res.split_once('/') {
                 None => r.subresource.is_empty() && res == &r.resource,
                 Some((base, sub)) => {
-                    !r.subresource.is_empty() && (base == "*" || base == r.resource) && (sub == "*" || sub == r.subresource)
+                    !r.subresource.is_empty()
+                        && (base == "*" || base == r.resource)
+                        && (sub == "*" || sub == r.subresource)
                 }
             }
         });
@@ -263,7 +265,10 @@ impl Rbac {
         // system:basic-user
         if r.group == "authorization.k8s.io"
             && r.verb == "create"
-            && matches!(r.resource.as_str(), "selfsubjectaccessreviews" | "selfsubjectrulesreviews")
+            && matches!(
+                r.resource.as_str(),
+                "selfsubjectaccessreviews" | "selfsubjectrulesreviews"
+            )
         {
             return true;
         }
@@ -421,7 +426,12 @@ pub fn forbidden_message(user: &str, r: &Request) -> String {
 
 /// The escalation refusal's reason (`validation.ConfirmNoEscalation`).
 pub fn escalation_message(user: &User, missing: &[Rule]) -> String {
-    let groups = user.groups.iter().map(|g| format!("{g:?}")).collect::<Vec<_>>().join(" ");
+    let groups = user
+        .groups
+        .iter()
+        .map(|g| format!("{g:?}"))
+        .collect::<Vec<_>>()
+        .join(" ");
     let rules = missing.iter().map(Rule::compact_string).collect::<Vec<_>>().join("\n");
     format!(
         "user {:?} (groups=[{groups}]) is attempting to grant RBAC permissions not currently held:\n{rules}",
@@ -438,9 +448,11 @@ mod tests {
     fn role_binding_grants_in_its_namespace_only() {
         let roles = vec![json!({"kind": "Role", "metadata": {"name": "r", "namespace": "a"},
             "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]})];
-        let bindings = vec![json!({"kind": "RoleBinding", "metadata": {"name": "b", "namespace": "a"},
+        let bindings = vec![
+            json!({"kind": "RoleBinding", "metadata": {"name": "b", "namespace": "a"},
             "roleRef": {"kind": "Role", "name": "r"},
-            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "a"}]})];
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "a"}]}),
+        ];
         let rbac = Rbac::for_user(&roles, &bindings, &User::new("system:serviceaccount:a:sa"));
         let mut r = Request {
             verb: "get".into(),
@@ -462,10 +474,15 @@ mod tests {
     fn escalation_lists_missing_rules() {
         let rbac = Rbac::default();
         let missing = rbac.missing(
-            &[Rule::from_value(&json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}))],
+            &[Rule::from_value(
+                &json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}),
+            )],
             "a",
         );
         assert_eq!(missing.len(), 1);
-        assert_eq!(missing[0].compact_string(), r#"{APIGroups:[""], Resources:["secrets"], Verbs:["get" "list"]}"#);
+        assert_eq!(
+            missing[0].compact_string(),
+            r#"{APIGroups:[""], Resources:["secrets"], Verbs:["get" "list"]}"#
+        );
     }
 }

@@ -40,8 +40,7 @@ pub fn parse_json_or_yaml(body: &[u8]) -> Result<Value, ApiError> {
 pub fn apply_patch(kind: PatchKind, doc: &mut Value, body: &[u8]) -> Result<(), ApiError> {
     match kind {
         PatchKind::Json => {
-            let p: json_patch::Patch =
-                serde_json::from_slice(body).map_err(|e| {
+            let p: json_patch::Patch = serde_json::from_slice(body).map_err(|e| {
                 let why = if e.is_eof() {
                     "unexpected end of JSON input".to_string()
                 } else if e.is_data() {
@@ -51,13 +50,16 @@ pub fn apply_patch(kind: PatchKind, doc: &mut Value, body: &[u8]) -> Result<(), 
                 };
                 ApiError::bad_request(format!("error decoding patch: {why}"))
             })?;
-            json_patch::patch(doc, &p)
-                .map_err(|e| {
-                    // kube-apiserver hides the reason (a failed `test`, a missing path) behind a generic text.
-                    tracing::debug!(error = %e, "JSON patch could not be applied");
-                    ApiError::new(422, "Invalid", "the server rejected our request due to an error in our request")
-                        .with_details(serde_json::json!({}))
-                })
+            json_patch::patch(doc, &p).map_err(|e| {
+                // kube-apiserver hides the reason (a failed `test`, a missing path) behind a generic text.
+                tracing::debug!(error = %e, "JSON patch could not be applied");
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    "the server rejected our request due to an error in our request",
+                )
+                .with_details(serde_json::json!({}))
+            })
         }
         PatchKind::Merge => {
             let p: Value =

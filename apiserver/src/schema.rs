@@ -33,14 +33,25 @@ fn join(path: &str, key: &str) -> String {
 }
 
 fn preserves(schema: &Value) -> bool {
-    schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
+    schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        == Some(true)
 }
 
 /// The top-level fields of built-in kinds whose unknown fields are dropped here (None: not modelled).
 fn builtin_fields(group: &str, plural: &str) -> Option<&'static [&'static str]> {
     match (group, plural) {
         ("", "configmaps") => Some(&["apiVersion", "kind", "metadata", "data", "binaryData", "immutable"]),
-        ("", "secrets") => Some(&["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"]),
+        ("", "secrets") => Some(&[
+            "apiVersion",
+            "kind",
+            "metadata",
+            "data",
+            "stringData",
+            "type",
+            "immutable",
+        ]),
         _ => None,
     }
 }
@@ -257,7 +268,11 @@ fn validate_at(schema: &Value, v: &Value, path: &str, out: &mut Vec<Cause>) {
             required(schema, m, path, out);
         }
         Value::Array(a) => {
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64).filter(|m| a.len() as u64 > *m) {
+            if let Some(max) = schema
+                .get("maxItems")
+                .and_then(Value::as_u64)
+                .filter(|m| a.len() as u64 > *m)
+            {
                 out.push(Cause {
                     field: path.into(),
                     reason: "FieldValueTooMany",
@@ -313,7 +328,9 @@ fn typed_at(schema: &Value, v: &Value, path: &str) -> Option<String> {
     match (t, v) {
         ("array", Value::Array(a)) => {
             let items = schema.get("items")?;
-            a.iter().enumerate().find_map(|(i, x)| typed_at(items, x, &format!("{path}[{i}]")))
+            a.iter()
+                .enumerate()
+                .find_map(|(i, x)| typed_at(items, x, &format!("{path}[{i}]")))
         }
         ("array", Value::String(s)) => Some(format!("{path}: expected list, got &{{{s}}}")),
         ("array", other) if !other.is_null() => Some(format!("{path}: expected list, got {other}")),

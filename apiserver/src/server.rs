@@ -111,7 +111,7 @@ fn route(st: &State, path: &str) -> Route {
                 "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
                 "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
                 "platform": "linux/amd64",
-            }))
+            }));
         }
         ["healthz"] | ["livez"] | ["readyz"] => return Route::Json(json!("ok")),
         ["api"] => {

@@ -611,7 +611,9 @@ pub fn apply(
     // resource, so such a status counts as a change here)
     let status_sent = sub.is_none()
         && has_status
-        && applied.get("status").is_some_and(|s| old.and_then(|o| o.get("status")) != Some(s));
+        && applied
+            .get("status")
+            .is_some_and(|s| old.and_then(|o| o.get("status")) != Some(s));
     let changed = status_sent || old.is_none_or(|o| strip(o) != strip(&obj));
     if changed {
         touch(&mut es[idx], api_version);

@@ -221,19 +221,37 @@ fn report_remaining_content(st: &State, name: &str) {
         return;
     }
     let now = now_rfc3339();
-    let cond = |t: &str, status: &str, reason: &str, message: String| {
-        json!({"type": t, "status": status, "lastTransitionTime": now, "reason": reason, "message": message})
-    };
+    let cond = |t: &str, status: &str, reason: &str, message: String| json!({"type": t, "status": status, "lastTransitionTime": now, "reason": reason, "message": message});
     let resources = counts
         .iter()
         .map(|(r, n)| format!("{r} has {n} resource instances"))
         .collect::<Vec<_>>()
         .join(", ");
     let mut conditions = vec![
-        cond("NamespaceDeletionDiscoveryFailure", "False", "ResourcesDiscovered", "All resources successfully discovered".into()),
-        cond("NamespaceDeletionGroupVersionParsingFailure", "False", "ParsedGroupVersions", "All legacy kube types successfully parsed".into()),
-        cond("NamespaceDeletionContentFailure", "False", "ContentDeleted", "All content successfully deleted, may be waiting on finalization".into()),
-        cond("NamespaceContentRemaining", "True", "SomeResourcesRemain", format!("Some resources are remaining: {resources}")),
+        cond(
+            "NamespaceDeletionDiscoveryFailure",
+            "False",
+            "ResourcesDiscovered",
+            "All resources successfully discovered".into(),
+        ),
+        cond(
+            "NamespaceDeletionGroupVersionParsingFailure",
+            "False",
+            "ParsedGroupVersions",
+            "All legacy kube types successfully parsed".into(),
+        ),
+        cond(
+            "NamespaceDeletionContentFailure",
+            "False",
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization".into(),
+        ),
+        cond(
+            "NamespaceContentRemaining",
+            "True",
+            "SomeResourcesRemain",
+            format!("Some resources are remaining: {resources}"),
+        ),
     ];
     if !finalizers.is_empty() {
         let fins = finalizers
@@ -249,7 +267,9 @@ fn report_remaining_content(st: &State, name: &str) {
         ));
     }
     for _ in 0..MAX_RETRIES {
-        let Some(nso) = st.store.get(&ns_gr(), "", name) else { return };
+        let Some(nso) = st.store.get(&ns_gr(), "", name) else {
+            return;
+        };
         let mut n = (*nso).clone();
         n["status"]["conditions"] = Value::Array(conditions.clone());
         if let Cas::Ok(_) = st.store.replace(&ns_gr(), "", name, rv_of(&nso), n) {

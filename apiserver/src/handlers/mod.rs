@@ -219,7 +219,12 @@ pub(crate) fn validate_schema(t: &Target, obj: &Value) -> ApiResult<()> {
     if !t.def.group.is_empty() {
         details["group"] = json!(t.def.group);
     }
-    Err(ApiError::new(422, "Invalid", crate::schema::invalid_message(&qualified, name, &causes)).with_details(details))
+    Err(ApiError::new(
+        422,
+        "Invalid",
+        crate::schema::invalid_message(&qualified, name, &causes),
+    )
+    .with_details(details))
 }
 
 /// Server-side apply's typed-patch check: 500 `failed to create typed patch object (<ns>/<name>; <group>/<version>,
@@ -254,7 +259,12 @@ pub(crate) fn drop_unknown_to_version(st: &State, t: &Target, obj: &mut Value) {
             "validatingwebhookconfigurations" | "mutatingwebhookconfigurations"
         );
     if webhook_cfg && !st.version.has_match_conditions() {
-        for wh in obj.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
+        for wh in obj
+            .get_mut("webhooks")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
             if let Some(m) = wh.as_object_mut() {
                 m.remove("matchConditions");
             }
@@ -274,8 +284,20 @@ pub(crate) fn validate_match_conditions(t: &Target, obj: &Value) -> ApiResult<()
         return Ok(());
     }
     let mut causes = Vec::new();
-    for (i, wh) in obj.get("webhooks").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        for (j, mc) in wh.get("matchConditions").and_then(Value::as_array).into_iter().flatten().enumerate() {
+    for (i, wh) in obj
+        .get("webhooks")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (j, mc) in wh
+            .get("matchConditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             let expr = mc.get("expression").and_then(Value::as_str).unwrap_or("");
             if let Err(e) = cel::Program::compile(expr) {
                 // the same ANTLR grammar as cel-go; cel-go indents the source excerpt by one space
@@ -293,12 +315,15 @@ pub(crate) fn validate_match_conditions(t: &Target, obj: &Value) -> ApiResult<()
     }
     let name = name_of(obj);
     let qualified = crate::error::qualified(&t.def.group, &t.def.kind);
-    Err(
-        ApiError::new(422, "Invalid", crate::schema::invalid_message(&qualified, name, &causes)).with_details(json!({
-            "name": name, "group": t.def.group, "kind": t.def.kind,
-            "causes": causes.iter().map(crate::schema::Cause::to_json).collect::<Vec<_>>(),
-        })),
+    Err(ApiError::new(
+        422,
+        "Invalid",
+        crate::schema::invalid_message(&qualified, name, &causes),
     )
+    .with_details(json!({
+        "name": name, "group": t.def.group, "kind": t.def.kind,
+        "causes": causes.iter().map(crate::schema::Cause::to_json).collect::<Vec<_>>(),
+    })))
 }
 
 /// Server-side apply on a version that does not know a field the configuration sets: 500, as kube-apiserver
@@ -364,10 +389,21 @@ pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
         }
         ("admissionregistration.k8s.io", p @ ("validatingwebhookconfigurations" | "mutatingwebhookconfigurations")) => {
             let mutating = p == "mutatingwebhookconfigurations";
-            for wh in obj.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
+            for wh in obj
+                .get_mut("webhooks")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
                 webhook_defaults(wh, mutating);
             }
-            for (i, wh) in obj.get("webhooks").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            for (i, wh) in obj
+                .get("webhooks")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
                 let cc = wh.get("clientConfig");
                 let has = |k: &str| cc.and_then(|c| c.get(k)).is_some_and(|v| !v.is_null());
                 if has("url") == has("service") {
@@ -378,9 +414,11 @@ pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
                         "Invalid",
                         format!("{}.{} \"{name}\" is invalid: {field}: {msg}", t.def.kind, t.def.group),
                     )
-                    .with_details(json!({"name": name, "group": t.def.group, "kind": t.def.kind, "causes": [
-                        {"reason": "FieldValueRequired", "message": msg, "field": field}
-                    ]})));
+                    .with_details(
+                        json!({"name": name, "group": t.def.group, "kind": t.def.kind, "causes": [
+                            {"reason": "FieldValueRequired", "message": msg, "field": field}
+                        ]}),
+                    ));
                 }
             }
         }

@@ -84,13 +84,22 @@ pub(crate) fn prepare_update(
     validate_match_conditions(t, &new)?;
     check_immutable(t, old, &new)?;
     let with_status = !t.def.has_status(&t.version);
-    if tracks_generation(&t.def) && (spec_part(old) != spec_part(&new) || (with_status && old.get("status") != new.get("status"))) {
+    if tracks_generation(&t.def)
+        && (spec_part(old) != spec_part(&new) || (with_status && old.get("status") != new.get("status")))
+    {
         let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
         new["metadata"]["generation"] = json!(g + 1);
     }
     if let Some(mgr) = manager {
         let schema = crd_schema(t);
-        crate::ssa::record_update(Some(old), &mut new, mgr, &api_version, t.sub.as_deref(), schema.as_ref());
+        crate::ssa::record_update(
+            Some(old),
+            &mut new,
+            mgr,
+            &api_version,
+            t.sub.as_deref(),
+            schema.as_ref(),
+        );
     }
     Ok(new)
 }
@@ -180,10 +189,18 @@ fn check_patch_options(ctx: &Ctx, kind: PatchKind) -> ApiResult<()> {
     };
     let manager = ctx.q.get("fieldManager").map(String::as_str).unwrap_or("");
     if kind == PatchKind::Apply && manager.is_empty() {
-        return Err(invalid("fieldManager", "FieldValueRequired", "Required value: is required for apply patch"));
+        return Err(invalid(
+            "fieldManager",
+            "FieldValueRequired",
+            "Required value: is required for apply patch",
+        ));
     }
     if kind != PatchKind::Apply && ctx.q.contains_key("force") {
-        return Err(invalid("force", "FieldValueForbidden", "Forbidden: may not be specified for non-apply patch"));
+        return Err(invalid(
+            "force",
+            "FieldValueForbidden",
+            "Forbidden: may not be specified for non-apply patch",
+        ));
     }
     if manager.len() > 128 {
         let msg = if ctx.st.version == crate::KubeVersion::V1_24 {
@@ -371,7 +388,11 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
     let av = applied.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let k = applied.get("kind").and_then(Value::as_str).unwrap_or("");
     if av != ctx.api_version() || k != ctx.t.def.kind {
-        let gv = if av.contains('/') { av.to_string() } else { format!("/{av}") };
+        let gv = if av.contains('/') {
+            av.to_string()
+        } else {
+            format!("/{av}")
+        };
         return Err(ApiError::bad_request(format!("invalid object type: {gv}, Kind={k}")));
     }
     check_body_type(&ctx.t, &applied)?;

@@ -16,7 +16,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Cases the embedded server does not reproduce, with the reason (also listed in `apiserver/README.md`).
-const SKIP_V136: &[(&str, &str)] = &[];
+/// The test still runs them and prints the first difference.
+const SKIP_V136: &[(&str, &str)] = &[
+    (
+        "watch-too-old-and-compaction",
+        "after an etcd compaction kube-apiserver 1.36 still answers a resourceVersionMatch=Exact list at a \
+         compacted resourceVersion from its watch cache's snapshots; the embedded server keeps no snapshots of \
+         past states (it lists the current state); every step before that passes",
+    ),
+    (
+        "events-v1-create-core-read",
+        "the core/v1 view of an events.k8s.io Event: a real server copies only the deprecated* fields \
+         (source {}, firstTimestamp/lastTimestamp null, no count); the embedded server fills source.component, \
+         count and the timestamps from reportingController and eventTime, which tests/local.rs asserts \
+         (to be decided with that test's owner); the events.k8s.io side and the RBAC step pass",
+    ),
+];
 
 /// v1.24 cases replayed against the server in its 1.24 mode (the version-gated and authorization cases).
 const V124_CASES: &[&str] = &[
@@ -88,12 +103,11 @@ impl Http {
         for c in CertificateDer::pem_slice_iter(srv.ca_pem().as_bytes()) {
             roots.add(c.expect("CA PEM")).expect("CA");
         }
-        let mut cfg =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("TLS versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth();
+        let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
         Http {
             tls: Arc::new(cfg),
@@ -190,7 +204,8 @@ impl Norm {
             time: regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})").expect("re"),
             uid: regex::Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").expect("re"),
             too_old: regex::Regex::new(r"too old resource version: (\d+) \((\d+)\)").expect("re"),
-            precondition_rv: regex::Regex::new(r"(ResourceVersion in (?:the precondition|record)) \(\d+\)").expect("re"),
+            precondition_rv: regex::Regex::new(r"(ResourceVersion in (?:the precondition|record)) \(\d+\)")
+                .expect("re"),
         }
     }
 
@@ -399,7 +414,14 @@ impl Replay<'_> {
     }
 
     /// Checks one step's result against the recording; `Err` is the first difference.
-    fn check(&self, i: usize, step: &Value, status: u16, headers: &hyper::HeaderMap, body: &Value) -> Result<(), String> {
+    fn check(
+        &self,
+        i: usize,
+        step: &Value,
+        status: u16,
+        headers: &hyper::HeaderMap,
+        body: &Value,
+    ) -> Result<(), String> {
         if step["setup"].as_bool() == Some(true) {
             return Ok(());
         }
@@ -470,7 +492,11 @@ impl Replay<'_> {
                     self.check(i, step, sent.status, &sent.headers, &events)
                 } else {
                     // Not a stream after all: an error Status.
-                    let status = events.as_array().and_then(|a| a.first()).cloned().unwrap_or(Value::Null);
+                    let status = events
+                        .as_array()
+                        .and_then(|a| a.first())
+                        .cloned()
+                        .unwrap_or(Value::Null);
                     self.check(i, step, sent.status, &sent.headers, &status)
                 };
                 self.raw[i] = events;
@@ -565,7 +591,12 @@ async fn replay_version(dir: &str, version: KubeVersion, only: Option<&[&str]>, 
     }
     let passed = results.values().filter(|l| l.as_str() == "pass").count();
     println!("[{dir}] {passed} of {} cases pass", results.len());
-    assert!(failures.is_empty(), "corpus {dir}: {} case(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "corpus {dir}: {} case(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,8 @@
 //! Integration tests for the embedded API server, driven with real kube clients over HTTPS.
 
 mod admission;
-mod corpus;
 mod common;
+mod corpus;
 mod crud;
 mod discovery;
 mod faults;

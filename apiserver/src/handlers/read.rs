@@ -82,8 +82,8 @@ pub(crate) fn list(ctx: &mut Ctx) -> ApiResult<Response> {
     if let Some(n) = next {
         meta["continue"] = json!(n);
         // kube-apiserver counts the rest only when no selector filters it.
-        if !ctx.q.get("labelSelector").is_some_and(|s| !s.is_empty())
-            && !ctx.q.get("fieldSelector").is_some_and(|s| !s.is_empty())
+        if ctx.q.get("labelSelector").is_none_or(|s| s.is_empty())
+            && ctx.q.get("fieldSelector").is_none_or(|s| s.is_empty())
         {
             meta["remainingItemCount"] = json!(remaining);
         }

@@ -192,8 +192,8 @@ impl RunningApiServer {
         c
     }
     /// A client that authenticates as `user` (e.g. `system:serviceaccount:kyma-system:btp-manager`),
-    /// with a token of its own. The server authorizes every user alike (there is no RBAC); the
-    /// request log records who sent each request, so tests can evaluate RBAC rules against it.
+    /// with a token of its own. Its requests are authorized by RBAC (the Roles and bindings in the
+    /// server's store; see [`authz`]) and recorded in the request log under that user.
     pub fn client_as(&self, user: &str) -> kube::Client {
         let token = self.register_user(user);
         let mut config = self.kube_config();

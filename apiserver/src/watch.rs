@@ -72,6 +72,10 @@ impl W {
 
     fn bookmark(&self, initial_end: bool) -> Bytes {
         let mut meta = json!({"resourceVersion": self.cursor.to_string()});
+        if self.st.version == crate::KubeVersion::V1_24 {
+            // 1.24 encoded the empty creationTimestamp of a bookmark's object as null
+            meta["creationTimestamp"] = Value::Null;
+        }
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
@@ -209,6 +213,31 @@ pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
     let rv_param = ctx.q.get("resourceVersion").cloned().unwrap_or_default();
     let send_initial = crate::util::query_bool(&ctx.q, "sendInitialEvents");
     let bookmarks = crate::util::query_bool(&ctx.q, "allowWatchBookmarks");
+    if ctx.st.version == crate::KubeVersion::V1_24 && ctx.q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty()) {
+        // 1.24 has no streaming lists: resourceVersionMatch is refused on a watch
+        let mut causes = vec![crate::schema::Cause {
+            field: "resourceVersionMatch".into(),
+            reason: "FieldValueForbidden",
+            message: "Forbidden: resourceVersionMatch is forbidden for watch".into(),
+        }];
+        if ctx.q.get("resourceVersion").is_none_or(|v| v.is_empty()) {
+            causes.push(crate::schema::Cause {
+                field: "resourceVersionMatch".into(),
+                reason: "FieldValueForbidden",
+                message: "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+            });
+        }
+        let parts: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+        let message = if parts.len() == 1 {
+            format!("ListOptions.meta.k8s.io \"\" is invalid: {}", parts[0])
+        } else {
+            format!("ListOptions.meta.k8s.io \"\" is invalid: [{}]", parts.join(", "))
+        };
+        return Err(ApiError::new(422, "Invalid", message).with_details(json!({
+            "group": "meta.k8s.io", "kind": "ListOptions",
+            "causes": causes.iter().map(crate::schema::Cause::to_json).collect::<Vec<_>>(),
+        })));
+    }
     if send_initial && !bookmarks {
         return Err(ApiError::invalid(
             "meta.k8s.io",

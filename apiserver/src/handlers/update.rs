@@ -213,9 +213,45 @@ fn check_patch_options(ctx: &Ctx, kind: PatchKind) -> ApiResult<()> {
     Ok(())
 }
 
+/// kube-apiserver 1.24 re-writes an unchanged webhook configuration on every server-side apply (only
+/// `managedFields[].time` changes, the resourceVersion moves); newer versions write nothing.
+fn rewrites_unchanged_apply(ctx: &Ctx) -> bool {
+    let apply = ctx
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/apply-patch"));
+    ctx.st.version == crate::KubeVersion::V1_24
+        && apply
+        && ctx.t.def.group == "admissionregistration.k8s.io"
+        && matches!(
+            ctx.t.def.plural.as_str(),
+            "validatingwebhookconfigurations" | "mutatingwebhookconfigurations"
+        )
+}
+
+/// 1.24 stamped an applier's managedFields entry with the time of every apply, changed or not.
+fn stamp_apply_time_1_24(st: &State, mut obj: Value, manager: &str, sub: Option<&str>) -> Value {
+    if st.version != crate::KubeVersion::V1_24 {
+        return obj;
+    }
+    let now = now_rfc3339();
+    if let Some(entries) = obj.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
+        for e in entries {
+            let mine = e.get("manager").and_then(Value::as_str) == Some(manager)
+                && e.get("operation").and_then(Value::as_str) == Some("Apply")
+                && e.get("subresource").and_then(Value::as_str) == sub;
+            if mine {
+                e["time"] = json!(now);
+            }
+        }
+    }
+    obj
+}
+
 /// Admission + compare-and-swap. `Ok(None)` = lost a race, retry.
 pub(crate) async fn commit_update(ctx: &mut Ctx, old: Arc<Value>, new: Value) -> ApiResult<Option<Value>> {
-    if strip_volatile(&old) == strip_volatile(&new) {
+    if strip_volatile(&old) == strip_volatile(&new) && !rewrites_unchanged_apply(ctx) {
         return Ok(Some((*old).clone()));
     }
     let new = crate::admission::admit(ctx, "UPDATE", Some(new), Some(&old))
@@ -294,7 +330,11 @@ pub(crate) async fn update(ctx: &mut Ctx) -> ApiResult<Response> {
             &p,
             &name,
             "metadata.resourceVersion",
-            "Invalid value: 0: must be specified for an update",
+            if ctx.st.version == crate::KubeVersion::V1_24 {
+                "Invalid value: 0x0: must be specified for an update"
+            } else {
+                "Invalid value: 0: must be specified for an update"
+            },
         ));
     }
     for _ in 0..MAX_RETRIES {
@@ -388,6 +428,20 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
     let av = applied.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let k = applied.get("kind").and_then(Value::as_str).unwrap_or("");
     if av != ctx.api_version() || k != ctx.t.def.kind {
+        if ctx.st.version == crate::KubeVersion::V1_24 {
+            // 1.24's wording for the same refusals
+            if av != ctx.api_version() {
+                return Err(ApiError::bad_request(format!(
+                    "Incorrect version specified in apply patch. Specified patch version: {av}, expected: {}",
+                    ctx.api_version()
+                )));
+            }
+            return Err(ApiError::new(
+                500,
+                "",
+                "failed to merge config: expected objects of the same type, but got {0x<ptr> {<nil> <nil> <nil>}} and {0x<ptr> {<nil> <nil> <nil>}}",
+            ));
+        }
         let gv = if av.contains('/') {
             av.to_string()
         } else {
@@ -439,6 +493,7 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
                     has_status,
                     schema.as_ref(),
                 )?;
+                let merged = stamp_apply_time_1_24(&ctx.st, merged, &manager, sub.as_deref());
                 // A resourceVersion in the configuration is a precondition (checked after field conflicts).
                 if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|s| !s.is_empty()) {
                     if rv != rv_of(&old).to_string() {

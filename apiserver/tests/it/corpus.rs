@@ -33,24 +33,19 @@ const SKIP_V136: &[(&str, &str)] = &[
     ),
 ];
 
-/// v1.24 cases replayed against the server in its 1.24 mode (the version-gated and authorization cases).
-const V124_CASES: &[&str] = &[
-    "vwc-match-conditions",
-    "authz-apply-existing",
-    "authz-apply-create-without-create-verb",
-    "authz-apply-create-with-create-verb",
-    "authz-merge-patch-missing",
-    "authz-json-patch-existing",
-    "authz-put-missing",
-    "authz-deletecollection",
-    "authz-watch-list-get",
-    "authz-cluster-apply-crd-vwc",
-    "authz-status-subresource",
-    "authz-resource-names",
-    "authz-rbac-escalation",
+/// v1.24 cases the server in its 1.24 mode does not reproduce (all others run).
+const SKIP_V124: &[(&str, &str)] = &[
+    (
+        "watch-too-old-and-compaction",
+        "after an etcd compaction kube-apiserver 1.24 refuses the old continue token and an exact-resourceVersion \
+         list (410, from etcd) but still serves a watch from before the compaction out of its watch cache; the \
+         embedded server has one history for both",
+    ),
+    (
+        "events-v1-create-core-read",
+        "the core/v1 view of an events.k8s.io Event, as for v1.36",
+    ),
 ];
-
-const SKIP_V124: &[(&str, &str)] = &[];
 
 /// The longest a `poll` step is repeated here (the embedded server's asynchronous work takes well under a second;
 /// the recordings allow a real cluster's controllers up to minutes).
@@ -544,14 +539,11 @@ fn contains(have: &Value, want: &Value) -> bool {
     }
 }
 
-async fn replay_version(dir: &str, version: KubeVersion, only: Option<&[&str]>, skip: &[(&str, &str)]) {
+async fn replay_version(dir: &str, version: KubeVersion, skip: &[(&str, &str)]) {
     let norm = Norm::new();
     let mut failures = Vec::new();
     let mut results: BTreeMap<String, String> = BTreeMap::new();
     for (name, case) in load_cases(dir) {
-        if only.is_some_and(|o| !o.contains(&name.as_str())) {
-            continue;
-        }
         if let Ok(filter) = std::env::var("CORPUS_CASE") {
             if !filter.is_empty() && !name.contains(&filter) {
                 continue;
@@ -601,10 +593,10 @@ async fn replay_version(dir: &str, version: KubeVersion, only: Option<&[&str]>, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corpus_v1_36() {
-    replay_version("v1.36", KubeVersion::default(), None, SKIP_V136).await;
+    replay_version("v1.36", KubeVersion::default(), SKIP_V136).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corpus_v1_24() {
-    replay_version("v1.24", KubeVersion::V1_24, Some(V124_CASES), SKIP_V124).await;
+    replay_version("v1.24", KubeVersion::V1_24, SKIP_V124).await;
 }

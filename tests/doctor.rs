@@ -308,3 +308,37 @@ async fn no_leader_a_wiped_ca_bundle_and_an_expired_certificate_are_reported() {
     assert_eq!(line(&report, "rbac").verdict, Verdict::Pass, "{}", report.to_text());
     assert_eq!(line(&report, "secret").verdict, Verdict::Pass);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_kubernetes_is_a_warning_that_says_what_degrades() {
+    if real_cluster().is_some() {
+        return;
+    }
+    let config = ServerConfig {
+        version: btp_apiserver::KubeVersion::V1_24,
+        ..ServerConfig::default()
+    };
+    let mut cluster = Cluster::start(config).await;
+    let report = cluster.diagnose().await;
+    println!("{}", report.to_text());
+    let version = line(&report, "version");
+    assert_eq!(version.verdict, Verdict::Warn);
+    assert!(
+        version.message.contains("v1.24") && version.message.contains("matchConditions"),
+        "{}",
+        version.message
+    );
+    assert!(version.fix.unwrap().contains("1.28"));
+    // Everything else works there: the manager registered its webhooks without matchConditions.
+    assert!(report.healthy(), "{}", report.to_text());
+    assert!(
+        report
+            .checks
+            .iter()
+            .filter(|c| c.name != "version")
+            .all(|c| c.verdict == Verdict::Pass),
+        "{}",
+        report.to_text()
+    );
+    cluster.stop_manager().await;
+}

@@ -400,3 +400,44 @@ pub(crate) fn bootstrap_cluster_roles(st: &State) {
             .create(&(RBAC_GROUP.to_string(), "clusterroles".to_string()), "", name, obj);
     }
 }
+
+/// A SubjectAccessReview (`spec.user`, `spec.groups`, `spec.resourceAttributes` or
+/// `spec.nonResourceAttributes`) answered from the RBAC objects in the store, as the RBAC authorizer answers
+/// it: `status.allowed`, with a reason when allowed. Nothing is stored.
+pub(crate) fn review(st: &State, review: &Value) -> Value {
+    let spec = &review["spec"];
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    };
+    let user = User {
+        name: spec["user"].as_str().unwrap_or_default().to_string(),
+        groups: strings(&spec["groups"]),
+    };
+    let text = |v: &Value, key: &str| v[key].as_str().unwrap_or_default().to_string();
+    let request = match (&spec["resourceAttributes"], &spec["nonResourceAttributes"]) {
+        (r, _) if r.is_object() => Request {
+            verb: text(r, "verb"),
+            group: text(r, "group"),
+            resource: text(r, "resource"),
+            subresource: text(r, "subresource"),
+            namespace: text(r, "namespace"),
+            name: text(r, "name"),
+            path: String::new(),
+        },
+        (_, n) => Request {
+            verb: text(n, "verb"),
+            path: text(n, "path"),
+            ..Request::default()
+        },
+    };
+    let allowed = rbac_for(st, &user).allows(&request);
+    let mut out = review.clone();
+    out["status"] = if allowed {
+        serde_json::json!({"allowed": true, "reason": "RBAC: allowed"})
+    } else {
+        serde_json::json!({"allowed": false})
+    };
+    out
+}

@@ -186,6 +186,16 @@ fn builtin_list() -> Vec<ResourceDef> {
             false,
         ),
         builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
+        // Create only: answered from RBAC, never stored (`access::review`).
+        builtin(
+            "authorization.k8s.io",
+            "v1",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
         // `deploy/` ships one (the manager's and the operand's Pods' priority).
         builtin(
             "scheduling.k8s.io",

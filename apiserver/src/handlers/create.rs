@@ -14,6 +14,9 @@ pub(crate) async fn create(ctx: &mut Ctx) -> ApiResult<Response> {
     }
     let obj = parse_body(ctx)?;
     check_body_type(&ctx.t, &obj)?;
+    if ctx.t.def.group == "authorization.k8s.io" && ctx.t.def.plural == "subjectaccessreviews" {
+        return Ok(ok_json(StatusCode::CREATED, &crate::access::review(&ctx.st, &obj)));
+    }
     let manager = ctx.manager();
     create_object(ctx, obj, Some(&manager)).await
 }

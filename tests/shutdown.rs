@@ -178,13 +178,26 @@ impl Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let backends: Arc<Mutex<Vec<(u16, SocketAddr, bool)>>> = Arc::default();
-        // The endpoints controller: re-check readiness every 100 ms.
+        // The kubelet's readiness probe and the endpoints controller: re-check readiness every 100 ms; an endpoint
+        // becomes ready on one success and unready after `failureThreshold` (3, the Kubernetes default, which
+        // deploy/deployment.yaml keeps) failures in a row, as a kubelet decides. One slow probe on a loaded
+        // machine must not take a serving replica out.
         let watched = backends.clone();
         tokio::spawn(async move {
+            const FAILURE_THRESHOLD: u32 = 3;
+            let mut failures: std::collections::HashMap<SocketAddr, u32> = std::collections::HashMap::new();
             loop {
                 let list: Vec<(u16, SocketAddr)> = watched.lock().unwrap().iter().map(|(h, w, _)| (*h, *w)).collect();
                 for (health, webhook) in list {
-                    let ok = ready(health).await;
+                    let failed = failures.entry(webhook).or_default();
+                    *failed = if ready(health).await {
+                        0
+                    } else {
+                        failed.saturating_add(1)
+                    };
+                    let ok = *failed == 0
+                        || (*failed < FAILURE_THRESHOLD
+                            && watched.lock().unwrap().iter().any(|b| b.1 == webhook && b.2));
                     for b in watched.lock().unwrap().iter_mut().filter(|b| b.1 == webhook) {
                         b.2 = ok;
                     }

@@ -138,7 +138,8 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     if reconciler_args.operand_image.as_deref().is_none_or(str::is_empty) {
         reconciler_args.operand_image = Some(OPERAND_IMAGE.into());
     }
-    app::start_reconciler(&reconciler_args, None, client.clone(), &mut registry, stop_rx.clone()).await?;
+    let manager_client = app::manager_client(server.kube_config())?;
+    app::start_reconciler(&reconciler_args, None, manager_client, &mut registry, stop_rx.clone()).await?;
     btp_apiserver::spawn_deployment_controller(client.clone());
     say(
         started,

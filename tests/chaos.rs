@@ -284,7 +284,13 @@ impl Chaos<'_> {
         let end = Instant::now() + STEP_DEADLINE;
         loop {
             let (term, term_rx) = watch::channel(false);
-            match app::start(&args, self.server.client_as(MANAGER_USER), term_rx).await {
+            match app::start(
+                &args,
+                app::manager_client(self.server.kube_config_as(MANAGER_USER)).expect("a client"),
+                term_rx,
+            )
+            .await
+            {
                 Ok(manager) => {
                     self.running = Some(Running { manager, term });
                     return;

@@ -21,6 +21,7 @@ pub mod deprovision;
 pub mod deprovision_plan;
 pub mod drift;
 pub mod error;
+pub mod gate;
 pub mod metrics;
 pub mod network_policies;
 pub mod provision;
@@ -44,14 +45,36 @@ use status_writer::StatusWriter;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// How long one pass may take, every API call and its retries included (docs/behaviour.md#retries-and-budgets):
+/// a pass that runs out of it fails, and is retried with backoff (every step is idempotent, so the next pass
+/// continues where this one stopped).
+pub const PASS_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Reconcile one `BtpOperator`.
 pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
-    let result = reconcile_once(&cr, &ctx).await;
-    ctx.record_result(result.is_ok());
+    ctx.begin_pass();
+    let result = match tokio::time::timeout(PASS_BUDGET, reconcile_once(&cr, &ctx)).await {
+        Ok(result) => result,
+        Err(_) => Err(ReconcileError::OutOfTime { budget: PASS_BUDGET }),
+    };
     let label = result.as_ref().map_or("error", |next| next.result_label());
     ctx.metrics.observe(label, started.elapsed());
-    result.map(Next::action)
+    match result {
+        Ok(next) => {
+            if ctx.record_success() {
+                // A trigger was deferred while this pass ran (a failed pass's retry was pending): it may
+                // have read the state before that change.
+                tracing::debug!("a trigger came during the pass: reconciling again");
+                return Ok(Action::requeue(std::time::Duration::ZERO));
+            }
+            Ok(next.action())
+        }
+        Err(e) => {
+            ctx.record_failure(|failures| requeue::error_backoff(failures, controller::jitter()));
+            Err(e)
+        }
+    }
 }
 
 async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, ReconcileError> {

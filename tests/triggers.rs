@@ -229,6 +229,12 @@ async fn the_deployment_turning_available_during_an_early_pass_is_not_lost() {
     .await;
     set_available(&env, true).await;
     server.faults().clear();
+    // The pass ends having written `Processing / Updated` (it saw the Deployment not Available) ...
+    wait_for_request(server, mark, "the pass wrote Processing / Updated", |r| {
+        r.resource == "btpoperators" && r.subresource == "status" && r.code == 200
+    })
+    .await;
+    // ... and the Deployment's change, which came while it ran, brings the CR to Ready.
     env.wait_for(
         names::KYMA_SYSTEM,
         names::BTP_OPERATOR_NAME,

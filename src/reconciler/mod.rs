@@ -50,13 +50,24 @@ use std::time::Instant;
 /// continues where this one stopped).
 pub const PASS_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The budget of a pass over `cr`: [`PASS_BUDGET`], and for a CR being deleted also the hard delete's
+/// delete requests, which have a budget of their own (`DeleteRequestTimeout` for each of the two kinds).
+pub fn pass_budget(cr: &BtpOperator, config: &crate::config::Config) -> std::time::Duration {
+    if cr.meta().deletion_timestamp.is_some() {
+        PASS_BUDGET.saturating_add(config.delete_request_timeout.saturating_mul(2))
+    } else {
+        PASS_BUDGET
+    }
+}
+
 /// Reconcile one `BtpOperator`.
 pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     ctx.begin_pass();
-    let result = match tokio::time::timeout(PASS_BUDGET, reconcile_once(&cr, &ctx)).await {
+    let budget = pass_budget(&cr, &ctx.config());
+    let result = match tokio::time::timeout(budget, reconcile_once(&cr, &ctx)).await {
         Ok(result) => result,
-        Err(_) => Err(ReconcileError::OutOfTime { budget: PASS_BUDGET }),
+        Err(_) => Err(ReconcileError::OutOfTime { budget }),
     };
     let label = result.as_ref().map_or("error", |next| next.result_label());
     ctx.metrics.observe(label, started.elapsed());

@@ -124,3 +124,26 @@ async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, Reconci
 fn is_valid(cr: &BtpOperator) -> bool {
     cr.namespace().as_deref() == Some(names::KYMA_SYSTEM) && cr.name_any() == names::BTP_OPERATOR_NAME
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deletion_pass_also_gets_the_hard_deletes_budget() {
+        let config = crate::config::Config::default();
+        let mut cr: BtpOperator = serde_json::from_value(serde_json::json!({
+            "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+            "metadata": {"name": "btpoperator", "namespace": "kyma-system"},
+        }))
+        .unwrap();
+        assert_eq!(pass_budget(&cr, &config), PASS_BUDGET);
+        cr.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert_eq!(
+            pass_budget(&cr, &config),
+            PASS_BUDGET + config.delete_request_timeout * 2
+        );
+    }
+}

@@ -8,6 +8,7 @@
 
 use crate::app::{self, stopped};
 use crate::cli::LocalArgs;
+use crate::reconciler::metrics::ReconcileMetrics;
 use crate::telemetry::kube_message;
 use crate::webhook_certs::WebhookCerts;
 use crate::BoxedFuture;
@@ -95,6 +96,7 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut registry = Registry::default();
     let webhook_metrics = WebhookMetrics::register(&mut registry);
+    let reconcile_metrics = ReconcileMetrics::register(&mut registry);
     // Webhooks on loopback (an ephemeral port unless told otherwise), registered by URL with a certificate
     // for that address.
     let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
@@ -115,7 +117,8 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         names::webhook::CERT_SECRET_NAME,
         policy,
         manifests,
-    );
+    )
+    .with_expiry_metrics(reconcile_metrics.certificates());
     let cert = app::managed_webhook_certificate(certs, stop_rx.clone()).await?;
     let rules = RulesConfig {
         secret_namespace: rec.chart_namespace.clone(),
@@ -139,11 +142,18 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         reconciler_args.operand_image = Some(OPERAND_IMAGE.into());
     }
     let manager_client = app::manager_client(server.kube_config())?;
-    app::start_reconciler(&reconciler_args, None, manager_client, &mut registry, stop_rx.clone()).await?;
-    btp_apiserver::spawn_deployment_controller(client.clone());
+    app::start_reconciler(
+        &reconciler_args,
+        None,
+        manager_client,
+        reconcile_metrics,
+        stop_rx.clone(),
+    )
+    .await?;
+    btp_apiserver::spawn_workload_controller(client.clone());
     say(
         started,
-        "reconciler running; playing the operand's Deployment controller",
+        "reconciler running; playing the Deployment controller and the kubelet (the operand's Pod shows as Running)",
     );
     // Ready as soon as the webhooks serve, as for `run`.
     let ready = crate::ops::Readiness::default();

@@ -23,7 +23,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams};
 use std::time::{Duration, Instant};
 
-const MANAGER: &str = "system:serviceaccount:kyma-system:btp-manager";
+/// The shipped ServiceAccount (`deploy/`), as the harness installs its RBAC for it.
+const MANAGER: &str = "system:serviceaccount:kyma-system:btp-manager-controller-manager";
 const DEPLOYMENT: &str = "sap-btp-operator-controller-manager";
 const OPERAND_CONFIGMAP: &str = "sap-btp-operator-config";
 
@@ -388,7 +389,7 @@ async fn a_sustained_retry_after_cannot_hold_a_shutdown() {
         &args.reconciler,
         Some(election),
         env.manager_client.clone(),
-        &mut registry,
+        btp_manager::reconciler::metrics::ReconcileMetrics::register(&mut registry),
         stop_rx,
     )
     .await

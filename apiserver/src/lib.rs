@@ -21,10 +21,12 @@ pub mod store;
 pub mod tls;
 pub mod util;
 mod watch;
+pub mod workloads;
 
 pub use error::{ApiError, Error};
 pub use faults::{FaultInjector, FaultRule, RequestLog, RequestRecord};
 pub use server::{mark_deployment_available, spawn_deployment_controller};
+pub use workloads::spawn_workload_controller;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -183,6 +183,16 @@ fn builtin_list() -> Vec<ResourceDef> {
             false,
         ),
         builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
+        // `deploy/` ships one (the manager's and the operand's Pods' priority).
+        builtin(
+            "scheduling.k8s.io",
+            "v1",
+            "priorityclasses",
+            "PriorityClass",
+            false,
+            &["pc"],
+            false,
+        ),
     ]
 }
 

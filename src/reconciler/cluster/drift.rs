@@ -51,11 +51,14 @@ impl Cluster<'_> {
         Ok(secrets.items.into_iter().filter_map(|s| s.metadata.namespace).collect())
     }
 
-    /// Read what credentials drift needs.
+    /// Read what credentials drift needs. The cluster-ID Secret is read in `clusterid_namespace` when given
+    /// (after the apply: the namespace the observation before it chose, see `drift::after_apply`), else in
+    /// [`drift::operand_namespace`] of what this observation sees.
     pub async fn observe_drift(
         &self,
         credentials: &Credentials,
         required_annotations: &BTreeMap<String, String>,
+        clusterid_namespace: Option<&str>,
     ) -> Result<DriftObservation, Stop> {
         let operand_secret_namespaces = self
             .operand_secret_namespaces()
@@ -77,7 +80,9 @@ impl Cluster<'_> {
             clusterid_secret_value: None,
             operand_pod_ready: None,
         };
-        let namespace = drift::operand_namespace(credentials, &observed);
+        let namespace = clusterid_namespace
+            .map(str::to_string)
+            .unwrap_or_else(|| drift::operand_namespace(credentials, &observed));
         let secrets = Api::<Secret>::namespaced(self.client(), &namespace);
         let clusterid = retrying(|| secrets.get_opt(drift::CLUSTER_ID_SECRET))
             .await

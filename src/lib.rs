@@ -8,6 +8,7 @@
 //! - `embedded`: the operand's manifests built into the binary (the default module resources).
 //! - `local`: `btp-manager local`, everything against the embedded API server.
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
+//! - `shipped`: what `deploy/` installs, built in (for `local` and `doctor`).
 //! - `ops`: metrics and health endpoints; `telemetry`: logging; `watch_backoff`: how watches retry.
 
 pub mod app;
@@ -19,6 +20,7 @@ pub mod local;
 pub mod objects;
 pub mod ops;
 pub mod reconciler;
+pub mod shipped;
 pub mod telemetry;
 pub mod watch_backoff;
 pub mod webhook_certs;

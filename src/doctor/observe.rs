@@ -18,12 +18,10 @@ use kube::ResourceExt as _;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-/// The shipped RBAC: the one table of what the manager needs (doctor asks for each of its rules).
-pub const SHIPPED_RBAC: &str = include_str!("../../deploy/rbac.yaml");
-
 /// Every permission `deploy/rbac.yaml` grants the manager: its ClusterRole cluster-wide, its Role in `namespace`.
 pub fn needed_permissions(namespace: &str) -> Vec<Permission> {
-    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(SHIPPED_RBAC).unwrap_or_default();
+    // The shipped RBAC is the one table of what the manager needs.
+    let documents = crate::shipped::objects(crate::shipped::RBAC).unwrap_or_default();
     let mut out = Vec::new();
     for doc in &documents {
         let (kind, name) = (

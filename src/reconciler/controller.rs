@@ -60,7 +60,8 @@ pub async fn startup_config(client: &kube::Client, flags: &Config) -> Config {
     use k8s_openapi::api::core::v1::ConfigMap;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &flags.chart_namespace);
     let mut config = flags.clone();
-    match api.get_opt(&flags.config_name).await {
+    // Within one call's budget: a controller must not wait on an unanswered request before it starts.
+    match super::cluster::retrying(|| api.get_opt(&flags.config_name)).await {
         Ok(Some(cm)) => {
             let data = cm.data.unwrap_or_default();
             for problem in config.apply_configmap(&data) {

@@ -3,8 +3,6 @@
 //! admin) lets the manager do exactly what `deploy/` grants it.
 #![allow(dead_code)]
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-
 /// The ServiceAccount of `deploy/service-account.yaml`.
 pub const SERVICE_ACCOUNT: &str = "btp-manager-controller-manager";
 
@@ -29,23 +27,12 @@ pub fn deploy_objects(file: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Server-side apply `objects` as the client's user (field manager `kubectl`), cluster-scoped where they
-/// carry no namespace.
+/// Server-side apply `objects` as the client's user (field manager `kubectl`), as `kubectl apply
+/// --server-side` would.
 pub async fn apply(client: &kube::Client, objects: &[serde_json::Value]) {
-    for object in objects {
-        let api_version = object["apiVersion"].as_str().expect("apiVersion");
-        let kind = object["kind"].as_str().expect("kind");
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-        let name = object["metadata"]["name"].as_str().expect("metadata.name");
-        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-            None => Api::all_with(client.clone(), &resource),
-        };
-        api.patch(name, &PatchParams::apply("kubectl").force(), &Patch::Apply(object))
-            .await
-            .unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
-    }
+    btp_manager::shipped::apply(client, objects, "kubectl")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Install the manager's ServiceAccount and RBAC from `deploy/` (the namespace `kyma-system` must exist).

@@ -149,15 +149,22 @@ async fn run_manager(args: RunArgs) -> anyhow::Result<()> {
     for (flag, why) in args.go_manager.ignored() {
         tracing::info!(flag, why, "flag of the Go BTP Manager accepted; it has no effect here");
     }
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
         .context("connecting to the Kubernetes API (KUBECONFIG, ~/.kube/config or in-cluster)")?;
+    let client = manager_client(config)?;
     let (term_tx, term_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
         let _ = term_tx.send(true);
     });
     start(&args, client, term_rx).await?.shut_down().await
+}
+
+/// The manager's client for `config`: without kube's own retry layer, so that the reconciler's
+/// ([`reconciler::cluster::retrying`]) is the only one (docs/behaviour.md#retries-and-budgets).
+pub fn manager_client(config: kube::Config) -> anyhow::Result<kube::Client> {
+    kube::Client::try_from(reconciler::cluster::client_config(config)).context("building the Kubernetes client")
 }
 
 /// A manager started by [`start`]: the webhook server, the reconciler (behind leader election when
@@ -683,9 +690,12 @@ async fn elect(
     }
     if leading {
         if let Some(manager) = &manager {
-            match manager.release().await {
-                Ok(()) => tracing::info!("lease released"),
-                Err(e) => tracing::warn!(error = %e, "releasing the lease failed; it expires by itself"),
+            // One call, within the budget of one call: a shutdown must not wait on an API server that
+            // does not answer (the Lease expires by itself).
+            match tokio::time::timeout(reconciler::cluster::CALL_BUDGET, manager.release()).await {
+                Ok(Ok(())) => tracing::info!("lease released"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "releasing the lease failed; it expires by itself"),
+                Err(_) => tracing::warn!("releasing the lease took too long; it expires by itself"),
             }
         }
     }

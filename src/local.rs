@@ -109,7 +109,8 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         "installed the manager's ServiceAccount, RBAC, Services and Deployment from deploy/ (this process is its Pod)",
     );
     // The manager's own client: its ServiceAccount, bound to the shipped RBAC.
-    let manager = server.client_as(&crate::shipped::manager_user(names::KYMA_SYSTEM));
+    // (Built as `run` builds it: without kube's own retry layer, docs/behaviour.md#retries-and-budgets.)
+    let manager = app::manager_client(server.kube_config_as(&crate::shipped::manager_user(names::KYMA_SYSTEM)))?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut registry = Registry::default();

@@ -103,7 +103,8 @@ impl Cluster {
             unreachable!("parsed run")
         };
         let (term, term_rx) = watch::channel(false);
-        let client = self.server.client_as(&shipped::manager_user(names::KYMA_SYSTEM));
+        let client = app::manager_client(self.server.kube_config_as(&shipped::manager_user(names::KYMA_SYSTEM)))
+            .expect("the manager's client");
         let manager = app::start(&args, client, term_rx).await.expect("the manager starts");
         self.manager = Some((manager, term));
         eventually(Duration::from_secs(10), "the manager leads", || async {

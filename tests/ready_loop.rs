@@ -11,7 +11,6 @@ use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use std::sync::Arc;
 use std::time::Duration;
 
 const NS: &str = names::KYMA_SYSTEM;
@@ -103,7 +102,7 @@ async fn the_runtime_configmap_changes_the_operand_and_deleting_it_reverts() {
 #[tokio::test]
 async fn a_chart_upgrade_relabels_everything_and_removes_what_moved_to_delete() {
     let env = ready_env(Config::default()).await;
-    let old = env.ctx.resources.read().unwrap().clone();
+    let old = env.ctx.resources();
     // The new chart renames the metrics Service; the old one is listed in delete/.
     let mut new = ModuleResources {
         chart_version: "v9.9.9".into(),
@@ -122,7 +121,7 @@ async fn a_chart_upgrade_relabels_everything_and_removes_what_moved_to_delete() 
         .cloned()
         .collect();
     assert_eq!(new.delete.len(), 1);
-    *env.ctx.resources.write().unwrap() = Arc::new(new.clone());
+    env.ctx.set_resources(new.clone());
     reconcile_now(&env).await;
 
     let services: Api<Service> = Api::namespaced(env.client.clone(), NS);

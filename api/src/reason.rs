@@ -96,7 +96,7 @@ reasons! {
         "The manager could not record the previous cluster ID or credentials namespace as an annotation on the \
          credentials Secret.",
         "Read the message: usually RBAC (update on Secrets in the chart namespace) or a webhook or policy refusing \
-         the update. Fixing it, or any change to the CR or Secret, retries.";
+         the update. The manager retries with backoff; fixing it, or any change to the CR or Secret, retries at once.";
     ChartInstallFailed => Error, False, false,
         "Legacy: the Go manager's chart installation failed.",
         LEGACY;
@@ -116,33 +116,35 @@ reasons! {
         LEGACY;
     GettingDefaultCredentialsSecretFailed => Error, False, true,
         "Listing the operand's credentials Secrets (`sap-btp-service-operator`) failed.",
-        "Read the message: an API server or RBAC problem (list on Secrets in all namespaces). Retried on the next \
-         change or requeue.";
+        "Read the message: an API server or RBAC problem (list on Secrets in all namespaces). The manager retries \
+         with backoff.";
     GettingSapBtpServiceOperatorClusterIdSecretFailed => Error, False, true,
         "Reading the operand's cluster-ID Secret (`sap-btp-operator-clusterid`) failed.",
-        "Read the message: an API server or RBAC problem. Retried on the next change or requeue.";
+        "Read the message: an API server or RBAC problem. The manager retries with backoff.";
     GettingSapBtpServiceOperatorConfigMapFailed => Error, False, true,
         "Reading the operand ConfigMap (`sap-btp-operator-config`) failed.",
-        "Read the message: an API server or RBAC problem. Retried on the next change or requeue.";
+        "Read the message: an API server or RBAC problem. The manager retries with backoff.";
     InconsistentChart => Error, False, false,
         "Legacy: the Go manager found an inconsistent chart.",
         LEGACY;
     InvalidSecret => Error, False, true,
         "The credentials Secret lacks one of `clientid`, `clientsecret`, `sm_url`, `tokenurl`, `cluster_id`, has \
-         an empty value, or could not be read. The message names the keys, never a value.",
+         or an empty value. The message names the keys, never a value. (A failed read of the Secret is not this \
+         reason: the pass fails and is retried with backoff, and the status stays as it was.)",
         "Fix the Secret (`kubectl edit secret sap-btp-manager -n kyma-system`); the CR reacts at once.";
     PreparingInstallInfoFailed => Error, False, false,
         "Legacy: the Go manager could not prepare its install information.",
         LEGACY;
     ProvisioningFailed => Error, False, true,
         "Installing the operand failed: a module resource could not be prepared, applied or deleted, or the operand \
-         Deployment did not become Available within `ReadyTimeout` (5 minutes). The message holds the error.",
+         Deployment did not become Available within `ReadyTimeout` (5 minutes). The message holds the error; when \
+         it is the API server's (a call failed), the manager retries with backoff.",
         "Read the message. For a timeout, look at the operand Deployment (`kubectl describe deployment \
          sap-btp-operator-controller-manager -n kyma-system`: image pull, scheduling, its pods' logs). A change to \
          the Deployment, the Secret or the CR retries.";
     ReconcileFailed => Error, False, true,
         "As `ProvisioningFailed`, but while `Ready`: re-applying the module resources or waiting for the operand \
-         failed.",
+         failed. When the API server failed a call (the message names it), the manager retries with backoff.",
         "As for `ProvisioningFailed`.";
     ResourceRemovalFailed => Error, False, true,
         "Removing resources failed: the module resources or finalizers during deletion, or the objects a credentials \

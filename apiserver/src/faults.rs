@@ -27,6 +27,8 @@ struct FaultState {
     cut_after: Option<usize>,
     /// Probability per event of cutting a watch stream.
     cut_probability: f64,
+    /// The `Retry-After` (seconds) of injected 429s and 503s (None: 1 s for a 429, none for a 503).
+    retry_after: Option<u64>,
 }
 
 impl Default for FaultState {
@@ -36,6 +38,7 @@ impl Default for FaultState {
             rng: fastrand::Rng::new(),
             cut_after: None,
             cut_probability: 0.0,
+            retry_after: None,
         }
     }
 }
@@ -80,13 +83,28 @@ impl FaultInjector {
     pub fn cut_watches_randomly(&self, probability: f64) {
         self.with(|s| s.cut_probability = probability);
     }
-    /// Removes all rules and watch cutting (the generator keeps its state).
+    /// Injected 429s and 503s ask the client to wait `seconds` (`Retry-After`, and `retryAfterSeconds` in
+    /// the Status details, as a real API server sends them); None: 1 s for a 429, nothing for a 503.
+    pub fn set_retry_after(&self, seconds: Option<u64>) {
+        self.with(|s| s.retry_after = seconds);
+    }
+    /// Removes all rules, watch cutting and the `Retry-After` (the generator keeps its state).
     pub fn clear(&self) {
         self.with(|s| {
             s.rules.clear();
             s.cut_after = None;
             s.cut_probability = 0.0;
+            s.retry_after = None;
         });
+    }
+
+    /// The `Retry-After` (seconds) of an injected failure with `code`, if any.
+    pub(crate) fn retry_after(&self, code: u16) -> Option<u64> {
+        self.with(|s| match code {
+            429 => Some(s.retry_after.unwrap_or(1)),
+            503 => s.retry_after,
+            _ => None,
+        })
     }
 
     /// Code to fail this request with, if any.

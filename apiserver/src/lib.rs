@@ -195,13 +195,17 @@ impl RunningApiServer {
     /// with a token of its own. Its requests are authorized by RBAC (the Roles and bindings in the
     /// server's store; see [`authz`]) and recorded in the request log under that user.
     pub fn client_as(&self, user: &str) -> kube::Client {
-        let token = self.register_user(user);
-        let mut config = self.kube_config();
-        config.auth_info.token = Some(token.into());
-        match kube::Client::try_from(config) {
+        match kube::Client::try_from(self.kube_config_as(user)) {
             Ok(c) => c,
             Err(e) => panic!("building a kube client for the embedded apiserver failed: {e}"),
         }
+    }
+    /// The client configuration of [`RunningApiServer::client_as`] (for a client built another way).
+    pub fn kube_config_as(&self, user: &str) -> kube::Config {
+        let token = self.register_user(user);
+        let mut config = self.kube_config();
+        config.auth_info.token = Some(token.into());
+        config
     }
     /// A connected client.
     pub async fn client(&self) -> kube::Client {

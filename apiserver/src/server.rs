@@ -210,6 +210,7 @@ fn fault_error(code: u16) -> ApiError {
     match code {
         409 => ApiError::new(409, "Conflict", "injected fault: conflict"),
         429 => ApiError::new(429, "TooManyRequests", "injected fault: too many requests"),
+        503 => ApiError::new(503, "ServiceUnavailable", "injected fault: service unavailable"),
         504 => ApiError::new(504, "Timeout", "injected fault: timeout"),
         500 => ApiError::internal("injected fault"),
         c => ApiError::new(c, "InternalError", "injected fault"),
@@ -334,10 +335,15 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     rec.namespace = t.namespace.clone().unwrap_or_default();
     rec.name = t.name.clone().unwrap_or_default();
     if let Some(code) = st.faults.check(verb, &t.def.plural, &rec.user) {
-        let mut r = fault_error(code).into_response();
-        if code == 429 {
+        let retry_after = st.faults.retry_after(code);
+        let mut error = fault_error(code);
+        if let Some(secs) = retry_after {
+            error = error.with_details(json!({ "retryAfterSeconds": secs }));
+        }
+        let mut r = error.into_response();
+        if let Some(secs) = retry_after {
             r.headers_mut()
-                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
         }
         return r;
     }

@@ -1,6 +1,7 @@
 //! What every reconcile shares: the client, the configuration, the operand's manifests, metrics, the Event
 //! recorder, and the few clocks that span passes (the `ReadyTimeout` wait and the hard-delete deadline).
 
+use super::gate::Gate;
 use super::metrics::ReconcileMetrics;
 use super::resources::ModuleResources;
 use crate::config::Config;
@@ -13,40 +14,71 @@ use kube::Resource as _;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// Shared state of the controller.
+/// Shared state of the controller. What belongs to one leadership term (one run of
+/// [`super::controller::run`]) is kept apart, in [`Term`], and starts fresh with each run
+/// ([`Context::begin_term`]); the rest (client, flags, the built-in manifests, metrics) lives as long as
+/// the process.
 pub struct Context {
     /// API client.
     pub client: kube::Client,
-    /// Configuration; the runtime ConfigMap may change it.
-    pub config: RwLock<Config>,
-    /// The operand's manifests.
-    pub resources: RwLock<Arc<ModuleResources>>,
+    /// The configuration the process started with (defaults and flags); each term starts from it.
+    flags: Config,
+    /// The operand's manifests and network policies the process started with; each term starts from them.
+    base_resources: Arc<ModuleResources>,
+    base_network_policies: RwLock<Arc<Vec<Value>>>,
     /// `SAP_BTP_SERVICE_OPERATOR`.
     pub image: String,
     /// `KUBE_RBAC_PROXY`.
     pub rbac_proxy_image: Option<String>,
-    /// The operand's network policies (manager-resources/network-policies).
-    network_policies: RwLock<Arc<Vec<Value>>>,
     /// Reconcile metrics.
     pub metrics: ReconcileMetrics,
     recorder: Recorder,
+    /// This term's state.
+    term: RwLock<Arc<Term>>,
+}
+
+/// Everything that belongs to one leadership term: the running configuration (the runtime ConfigMap on top
+/// of the flags), the manifests it names, the clocks that span passes, the error backoff and the trigger
+/// gate. A new term begins with [`Term::new`]: nothing carries over from the last one.
+struct Term {
+    /// Configuration; the runtime ConfigMap may change it.
+    config: RwLock<Config>,
+    /// The operand's manifests.
+    resources: RwLock<Arc<ModuleResources>>,
+    /// The operand's network policies (manager-resources/network-policies).
+    network_policies: RwLock<Arc<Vec<Value>>>,
     /// The `ReadyTimeout` clock: which CR (uid) waits for the operand Deployment, since when, and whether the
     /// wait began in `Ready`.
     waiting_since: Mutex<Option<(String, Instant, bool)>>,
-    /// The hard delete of the CR being deleted in this process.
+    /// The hard delete of the CR being deleted in this term.
     hard_delete: Mutex<Option<HardDeleteClock>>,
     /// Whether the CR is being deleted: ServiceInstance/ServiceBinding deletions only wake the reconciler then.
     deleting: AtomicBool,
     /// Consecutive failed reconciles (for the error backoff); reset by a success.
     failures: AtomicU32,
-    /// When the retry of a failed reconcile is due; until then, changes of secondary objects do not
-    /// bring the CR back (a failing pass that restores the operand would otherwise trigger itself).
-    retry_at: Mutex<Option<Instant>>,
+    /// When the retry of a failed reconcile is due, and whether a trigger was deferred to it ([`Gate`]).
+    gate: Mutex<Gate>,
     /// The operand Secrets we created, anywhere in the cluster (metadata only), kept by a watch that
     /// `controller::run` starts: drift reads them on every pass without a cluster-wide list.
     operand_secrets: RwLock<Option<Store<PartialObjectMeta<Secret>>>>,
+}
+
+impl Term {
+    fn new(config: Config, resources: Arc<ModuleResources>, network_policies: Arc<Vec<Value>>) -> Self {
+        Self {
+            config: RwLock::new(config),
+            resources: RwLock::new(resources),
+            network_policies: RwLock::new(network_policies),
+            waiting_since: Mutex::new(None),
+            hard_delete: Mutex::new(None),
+            deleting: AtomicBool::new(false),
+            failures: AtomicU32::new(0),
+            gate: Mutex::new(Gate::default()),
+            operand_secrets: RwLock::new(None),
+        }
+    }
 }
 
 /// When the hard delete of one CR incarnation began, and whether it was given up (soft delete instead).
@@ -57,10 +89,26 @@ struct HardDeleteClock {
 }
 
 /// One of the clocks below, locked (a poisoned lock still holds a usable value).
-fn clock<T>(slot: &Mutex<Option<T>>) -> MutexGuard<'_, Option<T>> {
+fn clock<T>(slot: &Mutex<T>) -> MutexGuard<'_, T> {
     match slot.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
+    }
+}
+
+/// Read a lock (a poisoned lock still holds a usable value).
+fn read<T: Clone>(slot: &RwLock<T>) -> T {
+    match slot.read() {
+        Ok(g) => g.clone(),
+        Err(p) => p.into_inner().clone(),
+    }
+}
+
+/// Replace a lock's value.
+fn write<T>(slot: &RwLock<T>, value: T) {
+    match slot.write() {
+        Ok(mut g) => *g = value,
+        Err(p) => *p.into_inner() = value,
     }
 }
 
@@ -81,95 +129,92 @@ impl Context {
                 instance: None,
             },
         );
+        let resources = Arc::new(resources);
+        let term = Term::new(config.clone(), resources.clone(), Arc::new(Vec::new()));
         Self {
             client,
-            config: RwLock::new(config),
-            resources: RwLock::new(Arc::new(resources)),
+            flags: config,
+            base_resources: resources,
+            base_network_policies: RwLock::new(Arc::new(Vec::new())),
             image,
             rbac_proxy_image,
-            network_policies: RwLock::new(Arc::new(Vec::new())),
             metrics,
             recorder,
-            waiting_since: Mutex::new(None),
-            hard_delete: Mutex::new(None),
-            deleting: AtomicBool::new(false),
-            failures: AtomicU32::new(0),
-            retry_at: Mutex::new(None),
-            operand_secrets: RwLock::new(None),
+            term: RwLock::new(Arc::new(term)),
         }
+    }
+
+    fn term(&self) -> Arc<Term> {
+        read(&self.term)
+    }
+
+    /// A new leadership term begins (the controller starts): everything of the last term is forgotten —
+    /// failures, the retry clock, deferred triggers, the deletion flag, the wait and hard-delete clocks,
+    /// the operand Secrets' store — and the configuration and manifests are again the ones the process
+    /// started with (the runtime ConfigMap is read again on top).
+    pub fn begin_term(&self) {
+        let term = Term::new(
+            self.flags.clone(),
+            self.base_resources.clone(),
+            read(&self.base_network_policies),
+        );
+        write(&self.term, Arc::new(term));
+    }
+
+    /// The configuration the process started with (defaults and flags, without the runtime ConfigMap).
+    pub fn flags(&self) -> Config {
+        self.flags.clone()
     }
 
     /// Keep the operand Secrets in `store` from now on (see [`Context::operand_secrets`]).
     pub fn set_operand_secrets(&self, store: Store<PartialObjectMeta<Secret>>) {
-        match self.operand_secrets.write() {
-            Ok(mut s) => *s = Some(store),
-            Err(s) => *s.into_inner() = Some(store),
-        }
+        write(&self.term().operand_secrets, Some(store));
     }
 
     /// The operand Secrets' store once its first list has completed; None before (or without a watch):
     /// then the caller lists them itself.
     pub fn operand_secrets(&self) -> Option<Store<PartialObjectMeta<Secret>>> {
         use futures::FutureExt as _;
-        let store = match self.operand_secrets.read() {
-            Ok(s) => s.clone(),
-            Err(s) => s.into_inner().clone(),
-        }?;
+        let store = read(&self.term().operand_secrets)?;
         matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))).then_some(store)
     }
 
-    /// Install these network policies (unless a CR disables them).
+    /// Install these network policies (unless a CR disables them), from now on and in every later term.
     pub fn with_network_policies(self, policies: Vec<Value>) -> Self {
-        self.set_network_policies(policies);
+        let policies = Arc::new(policies);
+        write(&self.base_network_policies, policies.clone());
+        write(&self.term().network_policies, policies);
         self
     }
 
     /// The operand's network policies now.
     pub fn network_policies(&self) -> Arc<Vec<Value>> {
-        match self.network_policies.read() {
-            Ok(p) => p.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        read(&self.term().network_policies)
     }
 
-    /// Replace the network policies.
+    /// Replace the network policies (for this term).
     pub fn set_network_policies(&self, policies: Vec<Value>) {
-        match self.network_policies.write() {
-            Ok(mut p) => *p = Arc::new(policies),
-            Err(p) => *p.into_inner() = Arc::new(policies),
-        }
+        write(&self.term().network_policies, Arc::new(policies));
     }
 
     /// The configuration now.
     pub fn config(&self) -> Config {
-        match self.config.read() {
-            Ok(c) => c.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        read(&self.term().config)
     }
 
-    /// Replace the configuration.
+    /// Replace the configuration (for this term).
     pub fn set_config(&self, next: Config) {
-        match self.config.write() {
-            Ok(mut c) => *c = next,
-            Err(p) => *p.into_inner() = next,
-        }
+        write(&self.term().config, next);
     }
 
     /// The operand's manifests now.
     pub fn resources(&self) -> Arc<ModuleResources> {
-        match self.resources.read() {
-            Ok(r) => r.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        read(&self.term().resources)
     }
 
-    /// Replace the operand's manifests.
+    /// Replace the operand's manifests (for this term).
     pub fn set_resources(&self, module: ModuleResources) {
-        match self.resources.write() {
-            Ok(mut r) => *r = Arc::new(module),
-            Err(p) => *p.into_inner() = Arc::new(module),
-        }
+        write(&self.term().resources, Arc::new(module));
     }
 
     /// Publish an Event on `reference`; a failure is logged, never fatal.
@@ -196,7 +241,8 @@ impl Context {
     /// When the CR `uid` began waiting for the operand Deployment (now, on the first call of this wait), and
     /// whether that wait began in `Ready` (a timeout is then `ReconcileFailed`, not `ProvisioningFailed`).
     pub fn start_waiting(&self, uid: &str, from_ready: bool) -> (Instant, bool) {
-        let mut slot = clock(&self.waiting_since);
+        let term = self.term();
+        let mut slot = clock(&term.waiting_since);
         match slot.as_ref() {
             Some((owner, since, began_ready)) if owner == uid => (*since, *began_ready),
             _ => {
@@ -209,12 +255,13 @@ impl Context {
 
     /// The wait for the operand Deployment is over (or interrupted: the next wait starts a new clock).
     pub fn stop_waiting(&self) {
-        *clock(&self.waiting_since) = None;
+        *clock(&self.term().waiting_since) = None;
     }
 
     /// When the hard delete of the CR `uid` began, and whether it begins now (its deletes are to be issued).
     pub fn hard_delete_clock(&self, uid: &str) -> (Instant, bool) {
-        let mut slot = clock(&self.hard_delete);
+        let term = self.term();
+        let mut slot = clock(&term.hard_delete);
         match slot.as_ref() {
             Some(c) if c.uid == uid => (c.since, false),
             _ => {
@@ -231,7 +278,8 @@ impl Context {
 
     /// The hard delete of the CR `uid` failed or timed out: later passes go straight to soft delete.
     pub fn give_up_hard_delete(&self, uid: &str) {
-        let mut slot = clock(&self.hard_delete);
+        let term = self.term();
+        let mut slot = clock(&term.hard_delete);
         match slot.as_mut() {
             Some(c) if c.uid == uid => c.given_up = true,
             _ => {
@@ -246,50 +294,72 @@ impl Context {
 
     /// Whether the hard delete of the CR `uid` was given up in this process.
     pub fn hard_delete_given_up(&self, uid: &str) -> bool {
-        clock(&self.hard_delete)
+        clock(&self.term().hard_delete)
             .as_ref()
             .is_some_and(|c| c.uid == uid && c.given_up)
     }
 
     /// The deletion is over (the CR is gone, or no longer being deleted).
     pub fn end_deletion(&self) {
-        *clock(&self.hard_delete) = None;
+        *clock(&self.term().hard_delete) = None;
         self.set_deleting(false);
     }
 
     /// Mark whether the CR is being deleted (ServiceInstance/ServiceBinding deletions wake the reconciler).
     pub fn set_deleting(&self, deleting: bool) {
-        self.deleting.store(deleting, Ordering::SeqCst);
+        self.term().deleting.store(deleting, Ordering::SeqCst);
     }
 
     /// Whether the CR is being deleted.
     pub fn deleting(&self) -> bool {
-        self.deleting.load(Ordering::SeqCst)
+        self.term().deleting.load(Ordering::SeqCst)
     }
 
-    /// Record a reconcile's result; returns the consecutive failures so far.
-    pub fn record_result(&self, ok: bool) -> u32 {
-        if ok {
-            *clock(&self.retry_at) = None;
-            self.failures.store(0, Ordering::SeqCst);
-            0
-        } else {
-            self.failures.fetch_add(1, Ordering::SeqCst).saturating_add(1)
-        }
+    /// A pass begins (see [`Gate::begin_pass`]).
+    pub fn begin_pass(&self) {
+        clock(&self.term().gate).begin_pass();
+    }
+
+    /// A pass succeeded: the failures and the retry clock are reset. True when a trigger was deferred while
+    /// it ran: another pass must follow at once ([`Gate::succeeded`]).
+    pub fn record_success(&self) -> bool {
+        let term = self.term();
+        term.failures.store(0, Ordering::SeqCst);
+        let rerun = clock(&term.gate).succeeded();
+        rerun
+    }
+
+    /// A pass failed: one more consecutive failure, and its retry is due after `backoff(failures)`; returns
+    /// the failures so far and the delay. Recorded as the pass ends, so that no trigger slips between the
+    /// failure and its retry clock.
+    pub fn record_failure(&self, backoff: impl FnOnce(u32) -> Duration) -> (u32, Duration) {
+        let term = self.term();
+        let failures = term.failures.fetch_add(1, Ordering::SeqCst).saturating_add(1);
+        let delay = backoff(failures);
+        clock(&term.gate).failed(Instant::now() + delay);
+        (failures, delay)
     }
 
     /// Consecutive failed reconciles.
     pub fn consecutive_failures(&self) -> u32 {
-        self.failures.load(Ordering::SeqCst)
+        self.term().failures.load(Ordering::SeqCst)
     }
 
-    /// The retry of a failed reconcile is due after `delay`.
-    pub fn retry_after(&self, delay: std::time::Duration) {
-        *clock(&self.retry_at) = Some(Instant::now() + delay);
+    /// How long until the retry of the last failed pass is due (zero when it is due, or none is).
+    pub fn retry_in(&self) -> Duration {
+        clock(&self.term().gate)
+            .retry_at()
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()))
     }
 
-    /// Whether a failed reconcile waits for its retry (secondary watches do not trigger meanwhile).
+    /// A trigger from a secondary watch: true to pass it on, false when a failed pass waits for its retry
+    /// (the trigger is then deferred, never dropped: see [`Gate`]).
+    pub fn admit_trigger(&self) -> bool {
+        clock(&self.term().gate).admit(Instant::now())
+    }
+
+    /// Whether a failed reconcile waits for its retry.
     pub fn backing_off(&self) -> bool {
-        clock(&self.retry_at).is_some_and(|at| Instant::now() < at)
+        clock(&self.term().gate).backing_off(Instant::now())
     }
 }

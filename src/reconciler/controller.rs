@@ -3,7 +3,7 @@
 
 use super::context::Context;
 use super::error::ReconcileError;
-use super::{network_policies, requeue, resources};
+use super::{network_policies, resources};
 use crate::config::Config;
 use crate::watch_backoff::WatchBackoff;
 use crate::BoxedFuture;
@@ -29,18 +29,18 @@ pub fn the_cr() -> ObjectRef<BtpOperator> {
     ObjectRef::new(names::BTP_OPERATOR_NAME).within(names::KYMA_SYSTEM)
 }
 
-/// Retry a failed reconcile with capped exponential backoff and jitter ([`requeue::error_backoff`]); the
-/// count of consecutive failures is reset by the next success.
+/// Retry a failed reconcile with capped exponential backoff and jitter ([`requeue::error_backoff`]): the
+/// failed pass recorded when its retry is due (see [`super::reconcile`]); the count of consecutive failures
+/// is reset by the next success.
 pub fn error_policy(_cr: Arc<BtpOperator>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let failures = ctx.consecutive_failures();
-    let delay = requeue::error_backoff(failures, jitter());
-    ctx.retry_after(delay);
+    let delay = ctx.retry_in();
     tracing::warn!(error = %error, failures, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
 /// A number in [0, 1) that differs between calls (for jitter; not for anything that must be random).
-fn jitter() -> f64 {
+pub fn jitter() -> f64 {
     use std::hash::{BuildHasher as _, Hasher as _};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -60,7 +60,8 @@ pub async fn startup_config(client: &kube::Client, flags: &Config) -> Config {
     use k8s_openapi::api::core::v1::ConfigMap;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &flags.chart_namespace);
     let mut config = flags.clone();
-    match api.get_opt(&flags.config_name).await {
+    // Within one call's budget: a controller must not wait on an unanswered request before it starts.
+    match super::cluster::retrying(|| api.get_opt(&flags.config_name)).await {
         Ok(Some(cm)) => {
             let data = cm.data.unwrap_or_default();
             for problem in config.apply_configmap(&data) {
@@ -208,7 +209,7 @@ fn service_deletions(
         .backoff(WatchBackoff::default())
         .filter_map(move |event| {
             let wake = match event {
-                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting() && !ctx.backing_off(),
+                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting() && ctx.admit_trigger(),
                 Ok(_) => false,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "service watch");
@@ -220,10 +221,11 @@ fn service_deletions(
 }
 
 /// The mapper of a secondary watch: any change brings the CR back, except while a failed pass waits for
-/// its retry (the retry is scheduled; a pass that restores the operand must not re-trigger itself).
+/// its retry (a pass that restores the operand must not re-trigger itself): then the change is deferred,
+/// never dropped ([`super::gate::Gate`]).
 fn waker<T>(ctx: &Arc<Context>) -> impl Fn(T) -> Option<ObjectRef<BtpOperator>> + Send + Sync + 'static {
     let ctx = ctx.clone();
-    move |_| (!ctx.backing_off()).then(the_cr)
+    move |_| ctx.admit_trigger().then(the_cr)
 }
 
 /// A hash of what a reconcile reads from the CR besides its status: identity, generation, labels,
@@ -252,7 +254,10 @@ fn run_until(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + Send
 
 async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + Send + Sync>>) {
     use futures::FutureExt as _;
-    let flags = ctx.config();
+    // A new term: nothing of the last one (failures, retry clock, deletion flag, clocks, configuration)
+    // carries over.
+    ctx.begin_term();
+    let flags = ctx.flags();
     let client = ctx.client.clone();
     let config = startup_config(&client, &flags).await;
     if config.resources_path != flags.resources_path {

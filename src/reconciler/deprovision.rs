@@ -40,10 +40,12 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
             // Restore the operand, report, and retry with backoff.
             status.set(outcome.clone()).await?;
             keep_operand(ctx, &cluster, cr).await;
-            Err(ReconcileError::Reported {
-                reason: outcome.reason,
-                message: outcome.message,
-            })
+            Err(outcome.into())
+        }
+        Err(Stop::Retry(outcome)) => {
+            // The API server failed us: report, and retry with backoff.
+            status.set(outcome.clone()).await?;
+            Err(outcome.into())
         }
         Err(Stop::Report(outcome)) => {
             status.set(outcome.clone()).await?;
@@ -158,7 +160,7 @@ async fn credentials_namespace(cluster: &Cluster<'_>, config: &crate::config::Co
 async fn keep_operand(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) {
     match provision::converge(ctx, cluster, cr, None, Reason::ReconcileFailed).await {
         Ok(_) => {}
-        Err(Stop::Report(outcome)) => {
+        Err(Stop::Report(outcome)) | Err(Stop::Retry(outcome)) => {
             tracing::info!(reason = %outcome.reason, detail = %outcome.message, "operand not kept during deletion")
         }
         Err(Stop::Fail(e)) => tracing::warn!(error = %e, "operand not kept during deletion"),

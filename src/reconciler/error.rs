@@ -52,6 +52,12 @@ pub enum ReconcileError {
         /// The message written.
         message: String,
     },
+    /// The pass ran out of its time budget ([`super::pass_budget`]).
+    #[error("the pass did not finish within its budget of {budget:?}")]
+    OutOfTime {
+        /// The budget.
+        budget: std::time::Duration,
+    },
 }
 
 /// How a step ends a pass early.
@@ -59,6 +65,10 @@ pub enum ReconcileError {
 pub enum Stop {
     /// Report this outcome in the status and end the pass (a status-reported problem is not an error).
     Report(Outcome),
+    /// Report this outcome in the status, then fail the pass: the controller retries it with backoff. For a
+    /// failure to talk to the API server that the status contract names a reason for (the message says what
+    /// could not be read or written): it is not a verdict about the cluster's content.
+    Retry(Outcome),
     /// Fail the pass: the controller retries with backoff.
     Fail(ReconcileError),
 }
@@ -78,4 +88,18 @@ impl From<ReconcileError> for Stop {
 /// `map_err` helper: report any error as `reason` with the error's text as the message.
 pub fn report<E: std::fmt::Display>(reason: Reason) -> impl FnOnce(E) -> Stop {
     move |e| Stop::Report(Outcome::new(reason, e.to_string()))
+}
+
+/// `map_err` helper for a failed API call: report it as `reason` and retry the pass with backoff.
+pub fn retry<E: std::fmt::Display>(reason: Reason) -> impl FnOnce(E) -> Stop {
+    move |e| Stop::Retry(Outcome::new(reason, e.to_string()))
+}
+
+impl From<Outcome> for ReconcileError {
+    fn from(outcome: Outcome) -> Self {
+        ReconcileError::Reported {
+            reason: outcome.reason,
+            message: outcome.message,
+        }
+    }
 }

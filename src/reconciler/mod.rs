@@ -21,6 +21,7 @@ pub mod deprovision;
 pub mod deprovision_plan;
 pub mod drift;
 pub mod error;
+pub mod gate;
 pub mod metrics;
 pub mod network_policies;
 pub mod provision;
@@ -44,17 +45,50 @@ use status_writer::StatusWriter;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// How long one pass may take, every API call and its retries included (docs/behaviour.md#retries-and-budgets):
+/// a pass that runs out of it fails, and is retried with backoff (every step is idempotent, so the next pass
+/// continues where this one stopped).
+pub const PASS_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The budget of a pass over `cr`: [`PASS_BUDGET`], and for a CR being deleted also the hard delete's
+/// delete requests, which have a budget of their own (`DeleteRequestTimeout` for each of the two kinds).
+pub fn pass_budget(cr: &BtpOperator, config: &crate::config::Config) -> std::time::Duration {
+    if cr.meta().deletion_timestamp.is_some() {
+        PASS_BUDGET.saturating_add(config.delete_request_timeout.saturating_mul(2))
+    } else {
+        PASS_BUDGET
+    }
+}
+
 /// Reconcile one `BtpOperator`.
 pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
-    let result = reconcile_once(&cr, &ctx).await;
-    ctx.record_result(result.is_ok());
+    ctx.begin_pass();
+    let budget = pass_budget(&cr, &ctx.config());
+    let result = match tokio::time::timeout(budget, reconcile_once(&cr, &ctx)).await {
+        Ok(result) => result,
+        Err(_) => Err(ReconcileError::OutOfTime { budget }),
+    };
     if result.is_ok() {
         ctx.metrics.reconcile_succeeded();
     }
     let label = result.as_ref().map_or("error", |next| next.result_label());
     ctx.metrics.observe(label, started.elapsed());
-    result.map(Next::action)
+    match result {
+        Ok(next) => {
+            if ctx.record_success() {
+                // A trigger was deferred while this pass ran (a failed pass's retry was pending): it may
+                // have read the state before that change.
+                tracing::debug!("a trigger came during the pass: reconciling again");
+                return Ok(Action::requeue(std::time::Duration::ZERO));
+            }
+            Ok(next.action())
+        }
+        Err(e) => {
+            ctx.record_failure(|failures| requeue::error_backoff(failures, controller::jitter()));
+            Err(e)
+        }
+    }
 }
 
 async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, ReconcileError> {
@@ -95,4 +129,27 @@ async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, Reconci
 
 fn is_valid(cr: &BtpOperator) -> bool {
     cr.namespace().as_deref() == Some(names::KYMA_SYSTEM) && cr.name_any() == names::BTP_OPERATOR_NAME
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deletion_pass_also_gets_the_hard_deletes_budget() {
+        let config = crate::config::Config::default();
+        let mut cr: BtpOperator = serde_json::from_value(serde_json::json!({
+            "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+            "metadata": {"name": "btpoperator", "namespace": "kyma-system"},
+        }))
+        .unwrap();
+        assert_eq!(pass_budget(&cr, &config), PASS_BUDGET);
+        cr.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert_eq!(
+            pass_budget(&cr, &config),
+            PASS_BUDGET + config.delete_request_timeout * 2
+        );
+    }
 }

@@ -2,11 +2,12 @@
 //! the required Secret, credentials drift, apply, readiness, `Ready`. Each step either continues or stops the
 //! pass with an outcome ([`Stop::Report`]) or a failure ([`Stop::Fail`]); [`run`] writes the final status.
 
+use super::cluster::ApplyError;
 use super::cluster::Cluster;
 use super::context::Context;
 use super::credentials::{self, Credentials, Observed, SecretProblem};
 use super::drift;
-use super::error::{report, ReconcileError, Stop};
+use super::error::{report, retry, ReconcileError, Stop};
 use super::network_policies;
 use super::readiness::{self, Wait};
 use super::requeue::{self, Next, Requeue};
@@ -57,6 +58,11 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
             // Another problem interrupts the wait for the operand: the next wait starts a new clock.
             ctx.stop_waiting();
             End::periodic(outcome)
+        }
+        Err(Stop::Retry(outcome)) => {
+            ctx.stop_waiting();
+            status.set(outcome.clone()).await?;
+            return Err(outcome.into());
         }
         Err(Stop::Fail(e)) => return Err(e),
     };
@@ -125,17 +131,14 @@ async fn steps(
     })
 }
 
-/// The required Secret, validated (`MissingSecret`, `InvalidSecret`).
+/// The required Secret, validated (`MissingSecret`, `InvalidSecret`); a failed read is a failure of the pass
+/// ([`Stop::Fail`]), never a verdict about the Secret.
 pub async fn required_credentials(
     cluster: &Cluster<'_>,
     config: &Config,
 ) -> Result<(Credentials, std::collections::BTreeMap<String, String>), Stop> {
-    let secret = cluster.required_secret().await.map_err(|e| {
-        Stop::Report(Outcome::new(
-            Reason::InvalidSecret,
-            format!("unable to get Secret: {}", super::error::summary(&e.source)),
-        ))
-    })?;
+    // A failed read says nothing about the user's Secret: the pass fails and is retried with backoff.
+    let secret = cluster.required_secret().await?;
     let data = secret.as_ref().map(crate::objects::secret_data).unwrap_or_default();
     let observed = match &secret {
         None => Observed::Absent,
@@ -181,7 +184,11 @@ pub async fn converge(
     cluster
         .apply_module(cr, &ctx.resources(), &credentials, policies_enabled)
         .await
-        .map_err(report(failed))?;
+        .map_err(|e| match e {
+            // The API server failed us: say so, and retry with backoff.
+            ApplyError::Api(_) => retry(failed)(e),
+            _ => report(failed)(e),
+        })?;
 
     // What the drift invalidated (the operand restarts with the new settings); nothing to look at when the
     // credentials namespace and cluster ID did not change.

@@ -90,6 +90,7 @@ async fn connect() -> (
     Option<RunningApiServer>,
     Option<tokio::sync::OwnedMutexGuard<()>>,
     kube::Client,
+    kube::Config,
 ) {
     match real_cluster() {
         Some(path) => {
@@ -102,12 +103,14 @@ async fn connect() -> (
             let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
                 .expect("BTP_E2E_KUBECONFIG is a usable kubeconfig");
-            (None, Some(guard), kube::Client::try_from(config).expect("client"))
+            let client = kube::Client::try_from(config.clone()).expect("client");
+            (None, Some(guard), client, config)
         }
         None => {
             let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
             let client = server.client().await;
-            (Some(server), None, client)
+            let config = server.kube_config();
+            (Some(server), None, client, config)
         }
     }
 }
@@ -145,11 +148,13 @@ impl Env {
 
     /// As `start`, with the manager's identity and whether the harness runs the reconciler.
     pub async fn start_with(config: Config, deployments_become_available: bool, options: StartOptions) -> Self {
-        let (server, serial, client) = connect().await;
-        let manager_client = match (&server, &options.manager_user) {
-            (Some(server), Some(user)) => server.client_as(user),
-            _ => client.clone(),
+        let (server, serial, client, config_of_admin) = connect().await;
+        // The manager's client is built as the manager builds it (one retry layer: the reconciler's).
+        let manager_config = match (&server, &options.manager_user) {
+            (Some(server), Some(user)) => server.kube_config_as(user),
+            _ => config_of_admin,
         };
+        let manager_client = btp_manager::app::manager_client(manager_config).expect("the manager's client");
         if server.is_none() {
             // A test that failed earlier could not clean up after itself (panics skip `stop`).
             cleanup(&client, &[]).await;

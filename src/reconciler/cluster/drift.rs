@@ -1,10 +1,11 @@
 //! Reading what credentials drift needs and carrying out its actions (the decisions are in
-//! `reconciler::drift`). Read failures map to the reasons the status contract names for them.
+//! `reconciler::drift`). Failed calls map to the reasons the status contract names for them, and the pass is
+//! retried with backoff ([`Stop::Retry`]).
 
 use super::{retrying, Cluster};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::drift;
-use crate::reconciler::error::{api_err, report, Stop};
+use crate::reconciler::error::{api_err, retry, Stop};
 use btp_api::{names, Reason};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -62,12 +63,12 @@ impl Cluster<'_> {
         let operand_secret_namespaces = self
             .operand_secret_namespaces()
             .await
-            .map_err(report(Reason::GettingDefaultCredentialsSecretFailed))?;
+            .map_err(retry(Reason::GettingDefaultCredentialsSecretFailed))?;
         let configmaps = Api::<ConfigMap>::namespaced(self.client(), &self.config.chart_namespace);
         let configmap = retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP))
             .await
             .map_err(api_err(format!("reading ConfigMap {}", drift::OPERAND_CONFIGMAP)))
-            .map_err(report(Reason::GettingSapBtpServiceOperatorConfigMapFailed))?;
+            .map_err(retry(Reason::GettingSapBtpServiceOperatorConfigMapFailed))?;
         let mut observed = drift::Observed {
             operand_secret_namespaces,
             previous_credentials_namespace: required_annotations
@@ -89,7 +90,7 @@ impl Cluster<'_> {
                 "reading Secret {namespace}/{}",
                 drift::CLUSTER_ID_SECRET
             )))
-            .map_err(report(Reason::GettingSapBtpServiceOperatorClusterIdSecretFailed))?;
+            .map_err(retry(Reason::GettingSapBtpServiceOperatorClusterIdSecretFailed))?;
         observed.clusterid_secret_value = clusterid.map(|s| {
             s.data
                 .and_then(|d| {
@@ -106,7 +107,7 @@ impl Cluster<'_> {
         let pods = retrying(|| pods.list(&params))
             .await
             .map_err(api_err("listing operand pods"))
-            .map_err(report(Reason::ResourceRemovalFailed))?;
+            .map_err(retry(Reason::ResourceRemovalFailed))?;
         let pod = pods.items.into_iter().find(|p| {
             drift::is_operand_pod(
                 &p.name_any(),
@@ -153,7 +154,7 @@ impl Cluster<'_> {
             retrying(|| secrets.patch(&self.config.secret_name, &params, &patch))
                 .await
                 .map_err(api_err("annotating the required Secret"))
-                .map_err(report(Reason::AnnotatingSecretFailed))?;
+                .map_err(retry(Reason::AnnotatingSecretFailed))?;
         }
         if let Some(ns) = &actions.delete_clusterid_secret_in {
             let api: Api<Secret> = Api::namespaced(self.client(), ns);
@@ -163,19 +164,19 @@ impl Cluster<'_> {
                 &format!("{ns}/{}", drift::CLUSTER_ID_SECRET),
             )
             .await
-            .map_err(report(Reason::DeletionOfOrphanedResourcesFailed))?;
+            .map_err(retry(Reason::DeletionOfOrphanedResourcesFailed))?;
         }
         if let (true, Some(pod)) = (actions.delete_operand_pod, &seen.pod) {
             let api: Api<Pod> = Api::namespaced(self.client(), &self.config.chart_namespace);
             self.delete_ignoring_not_found(&api, pod, &format!("the operand pod {pod}"))
                 .await
-                .map_err(report(Reason::ResourceRemovalFailed))?;
+                .map_err(retry(Reason::ResourceRemovalFailed))?;
         }
         if let Some(ns) = &actions.delete_old_operand_secret_in {
             let api: Api<Secret> = Api::namespaced(self.client(), ns);
             self.delete_ignoring_not_found(&api, drift::OPERAND_SECRET, &format!("{ns}/{}", drift::OPERAND_SECRET))
                 .await
-                .map_err(report(Reason::ResourceRemovalFailed))?;
+                .map_err(retry(Reason::ResourceRemovalFailed))?;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! (hard delete), and removing them without the operand (soft delete). A missing CRD means there are none.
 
 use super::removal::RemovalError;
-use super::{api_resource, ignoring_not_found, retrying, Cluster};
+use super::{api_resource, ignoring_not_found, retrying, retrying_within, Cluster};
 use crate::reconciler::error::{api_err, ApiError};
 use btp_api::names;
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -119,7 +119,8 @@ impl Cluster<'_> {
                     async move {
                         let params = ListParams::default();
                         let delete_params = DeleteParams::default();
-                        let deleted = retrying(|| api.delete_collection(&delete_params, &params))
+                        // Its own budget: one delete-collection of thousands may take longer than a call's.
+                        let deleted = retrying_within(budget, || api.delete_collection(&delete_params, &params))
                             .await
                             .map_err(api_err(format!("deleting {kind}s in namespace {ns}")));
                         ignoring_not_found(deleted)

@@ -1,0 +1,438 @@
+//! Never lose a trigger, never hang on a call (issue 17; docs/behaviour.md#watches-and-triggers and
+//! #retries-and-budgets). One regression test for each way the manager used to break the level-triggered
+//! promise ("any change that lands after a pass read the state brings another pass"):
+//!
+//! 1. a change of a secondary object while a failed pass waits for its retry was dropped when a pass ran
+//!    early and succeeded (the credentials Secret, and the operand Deployment turning Available);
+//! 2. the error backoff of one leadership term gated the next;
+//! 3. a failed read of the credentials Secret was reported as the user's `InvalidSecret`;
+//! 4. two retry layers let one call (and a shutdown) wait minutes on a `Retry-After`.
+//!
+//! Embedded API server only: they need its fault injection, scoped to the manager's user so that the test's
+//! own requests are not disturbed.
+
+mod common;
+
+use btp_api::{names, BtpOperator, State};
+use btp_apiserver::{FaultRule, RunningApiServer};
+use btp_manager::config::Config;
+use btp_manager::reconciler::{self, cluster::CALL_BUDGET, controller::SHUTDOWN_GRACE};
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, Patch, PatchParams};
+use std::time::{Duration, Instant};
+
+/// The shipped ServiceAccount (`deploy/`), as the harness installs its RBAC for it.
+const MANAGER: &str = "system:serviceaccount:kyma-system:btp-manager-controller-manager";
+const DEPLOYMENT: &str = "sap-btp-operator-controller-manager";
+const OPERAND_CONFIGMAP: &str = "sap-btp-operator-config";
+
+fn options(reconcile: bool) -> StartOptions {
+    StartOptions {
+        manager_user: Some(MANAGER.into()),
+        reconcile,
+    }
+}
+
+/// Fail `fraction` of the manager's requests with `code` (only `verb` on `resource` when given).
+fn fail_manager(server: &RunningApiServer, code: u16, verb: Option<&str>, resource: Option<&str>) {
+    server.faults().add(FaultRule {
+        fraction: 1.0,
+        code,
+        verb: verb.map(str::to_string),
+        resource: resource.map(str::to_string),
+        user: Some(MANAGER.into()),
+    });
+}
+
+fn embedded(env: &Env) -> Option<&RunningApiServer> {
+    let server = env.server();
+    if server.is_none() {
+        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
+    }
+    server
+}
+
+async fn patch_cr(env: &Env, patch: serde_json::Value) {
+    env.crs(names::KYMA_SYSTEM)
+        .patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Change a label of the CR: a trigger the gate does not filter (a pass starts at once).
+async fn touch(env: &Env, n: u32) {
+    patch_cr(
+        env,
+        serde_json::json!({"metadata": {"labels": {"touched": n.to_string()}}}),
+    )
+    .await;
+}
+
+/// Make `n` passes in a row fail, quickly: every pass fails on removing the `operation: reconcile`
+/// annotation (500 on the manager's patches of the CR), and a CR change starts each. The next failure is
+/// then retried after 2^n s (±20 %).
+async fn fail_passes(env: &Env, server: &RunningApiServer, n: u32) {
+    fail_manager(server, 500, Some("patch"), Some("btpoperators"));
+    let start = env.ctx.consecutive_failures();
+    patch_cr(
+        env,
+        serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}}),
+    )
+    .await;
+    for k in 1..=n {
+        if k > 1 {
+            touch(env, k).await;
+        }
+        eventually(Duration::from_secs(10), &format!("failed pass {k}"), || async {
+            env.ctx.consecutive_failures() >= start + k
+        })
+        .await;
+    }
+}
+
+/// Index of the first request of the manager after `mark` that `matches`, once it is there.
+async fn wait_for_request(
+    server: &RunningApiServer,
+    mark: usize,
+    what: &str,
+    matches: impl Fn(&btp_apiserver::RequestRecord) -> bool,
+) {
+    let log = server.request_log();
+    eventually(Duration::from_secs(10), what, || {
+        let found = log.since(mark).iter().any(|r| r.user == MANAGER && matches(r));
+        async move { found }
+    })
+    .await;
+}
+
+async fn set_available(env: &Env, available: bool) {
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    eventually(Duration::from_secs(10), "the operand Deployment exists", || async {
+        deployments.get_opt(DEPLOYMENT).await.unwrap().is_some()
+    })
+    .await;
+    let status = if available { "True" } else { "False" };
+    let patch = serde_json::json!({"status": {"conditions": [
+        {"type": "Available", "status": status, "reason": "Test", "message": "set by the test"},
+        {"type": "Progressing", "status": "True", "reason": "Test", "message": "set by the test"},
+    ]}});
+    deployments
+        .patch_status(DEPLOYMENT, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+async fn operand_cluster_id(env: &Env) -> Option<String> {
+    Api::<ConfigMap>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
+        .get_opt(OPERAND_CONFIGMAP)
+        .await
+        .unwrap()
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("CLUSTER_ID").cloned())
+}
+
+async fn ready(env: &Env) -> BtpOperator {
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(20),
+    )
+    .await
+}
+
+/// 1. The issue's recipe: six failed passes (the next retry about 64 s away), then a pass that runs early
+///    (a CR change) and succeeds; the Secret's `cluster_id` changes after that pass read the Secret. The
+///    operand ConfigMap follows within seconds, not at the periodic pass (15 minutes).
+#[tokio::test]
+async fn a_secret_change_during_an_early_pass_is_not_lost() {
+    let env = Env::start_with(Config::default(), true, options(true)).await;
+    let Some(server) = embedded(&env) else {
+        return env.stop().await;
+    };
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    ready(&env).await;
+    assert_eq!(operand_cluster_id(&env).await.as_deref(), Some("cluster-1"));
+
+    fail_passes(&env, server, 6).await;
+    assert!(env.ctx.backing_off(), "the retry is tens of seconds away");
+    // The next pass reads the Secret, then stalls on the operand ConfigMap (429, Retry-After 1 s).
+    let mark = server.request_log().len();
+    server.faults().clear();
+    fail_manager(server, 429, Some("get"), Some("configmaps"));
+    // Removing the annotation is a CR change: the pass starts at once, while the retry is still pending.
+    patch_cr(
+        &env,
+        serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}}),
+    )
+    .await;
+    wait_for_request(
+        server,
+        mark,
+        "the pass read the Secret and stalls on the ConfigMap",
+        |r| r.resource == "configmaps" && r.code == 429,
+    )
+    .await;
+    Api::<Secret>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
+        .patch(
+            names::REQUIRED_SECRET_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"stringData": {"cluster_id": "cluster-2"}})),
+        )
+        .await
+        .unwrap();
+    server.faults().clear();
+    eventually(
+        Duration::from_secs(10),
+        "the operand ConfigMap follows the new cluster_id",
+        || async { operand_cluster_id(&env).await.as_deref() == Some("cluster-2") },
+    )
+    .await;
+    ready(&env).await;
+    env.stop().await;
+}
+
+/// 1, second variant: the operand Deployment turns Available while an early pass (that saw it not
+/// Available) finishes with "waiting"; the CR is Ready within seconds, not after `ReadyTimeout − waited`.
+#[tokio::test]
+async fn the_deployment_turning_available_during_an_early_pass_is_not_lost() {
+    let env = Env::start_with(Config::default(), false, options(true)).await;
+    let Some(server) = embedded(&env) else {
+        return env.stop().await;
+    };
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    set_available(&env, true).await;
+    ready(&env).await;
+
+    fail_passes(&env, server, 6).await;
+    // Not Available: deferred (the retry is tens of seconds away).
+    set_available(&env, false).await;
+    // The next pass sees the Deployment not Available, then stalls writing `Processing / Updated`.
+    let mark = server.request_log().len();
+    server.faults().clear();
+    fail_manager(server, 429, Some("patch"), Some("btpoperators"));
+    patch_cr(
+        &env,
+        serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}}),
+    )
+    .await;
+    wait_for_request(
+        server,
+        mark,
+        "the pass saw the Deployment and stalls on the status",
+        |r| r.resource == "btpoperators" && r.subresource == "status" && r.code == 429,
+    )
+    .await;
+    set_available(&env, true).await;
+    server.faults().clear();
+    // The pass ends having written `Processing / Updated` (it saw the Deployment not Available) ...
+    wait_for_request(server, mark, "the pass wrote Processing / Updated", |r| {
+        r.resource == "btpoperators" && r.subresource == "status" && r.code == 200
+    })
+    .await;
+    // ... and the Deployment's change, which came while it ran, brings the CR to Ready.
+    env.wait_for(
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        State::Ready,
+        "ReconcileSucceeded",
+        Duration::from_secs(10),
+    )
+    .await;
+    env.stop().await;
+}
+
+/// 2. A new leadership term starts fresh: failures of the last term do not stretch the first retry of the
+///    next one (nor gate its triggers).
+#[tokio::test]
+async fn a_new_term_does_not_inherit_the_last_terms_backoff() {
+    let env = Env::start_with(Config::default(), true, options(false)).await;
+    let Some(server) = embedded(&env) else {
+        return env.stop().await;
+    };
+    let term = |ctx| {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(reconciler::run(ctx, async move {
+            let _ = stopped.await;
+        }));
+        (stop, task)
+    };
+    let (stop, task) = term(env.ctx.clone());
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    ready(&env).await;
+    fail_passes(&env, server, 5).await;
+    let _ = stop.send(());
+    task.await.unwrap();
+
+    // The next term: its first pass still fails (the fault stays) ...
+    let passes = env.ctx.metrics.reconciles();
+    let (stop, task) = term(env.ctx.clone());
+    eventually(Duration::from_secs(10), "the first pass of the new term", || async {
+        env.ctx.metrics.reconciles() > passes
+    })
+    .await;
+    assert_eq!(
+        env.ctx.consecutive_failures(),
+        1,
+        "the first failure of a term is its first (its retry is due in 1 s, not 32 s)"
+    );
+    // ... and its retry comes after about a second.
+    server.faults().clear();
+    eventually(Duration::from_secs(5), "the retry removed the annotation", || async {
+        let cr = env.crs(names::KYMA_SYSTEM).get(names::BTP_OPERATOR_NAME).await.unwrap();
+        !cr.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(names::OPERATION_ANNOTATION)
+    })
+    .await;
+    let _ = stop.send(());
+    task.await.unwrap();
+    env.stop().await;
+}
+
+/// 3. A failed read of the credentials Secret is the API server's failure, retried with backoff; it is never
+///    reported as the user's `InvalidSecret` (which waits 15 minutes or an edit of the Secret).
+#[tokio::test]
+async fn a_failed_secret_read_is_retried_not_blamed_on_the_secret() {
+    let env = Env::start_with(Config::default(), true, options(true)).await;
+    let Some(server) = embedded(&env) else {
+        return env.stop().await;
+    };
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    ready(&env).await;
+
+    fail_manager(server, 500, Some("get"), Some("secrets"));
+    touch(&env, 1).await;
+    eventually(
+        Duration::from_secs(10),
+        "the failed read is retried with backoff",
+        || async { env.ctx.consecutive_failures() >= 2 },
+    )
+    .await;
+    // The status may say that the API server could not be read (a pass that was past the Secret when the
+    // fault came reports the read it failed), but never blames the Secret.
+    let cr = env.crs(names::KYMA_SYSTEM).get(names::BTP_OPERATOR_NAME).await.unwrap();
+    let status = cr.status.expect("a status");
+    assert!(
+        status.conditions.iter().all(|c| c.reason != "InvalidSecret"),
+        "an unreadable Secret is not the user's error: {:?}",
+        status.conditions
+    );
+    server.faults().clear();
+    eventually(Duration::from_secs(10), "the retry succeeds", || async {
+        env.ctx.consecutive_failures() == 0
+    })
+    .await;
+    ready(&env).await;
+    env.stop().await;
+}
+
+/// 4. A sustained 503 or 429 with `Retry-After: 30` cannot keep a pass beyond the budget of one call (the
+///    client does not wait out the `Retry-After`; the pass fails and backs off).
+#[tokio::test]
+async fn a_sustained_retry_after_cannot_hold_a_pass() {
+    let env = Env::start_with(Config::default(), true, options(true)).await;
+    let Some(server) = embedded(&env) else {
+        return env.stop().await;
+    };
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    ready(&env).await;
+
+    for (n, code) in [(1, 503), (2, 429)] {
+        let (passes, failures) = (env.ctx.metrics.reconciles(), env.ctx.consecutive_failures());
+        server.faults().set_retry_after(Some(30));
+        fail_manager(server, code, None, None);
+        let started = Instant::now();
+        touch(&env, n).await;
+        eventually(
+            CALL_BUDGET,
+            &format!("a pass under a sustained {code} ends"),
+            || async { env.ctx.metrics.reconciles() > passes },
+        )
+        .await;
+        let took = started.elapsed();
+        assert!(env.ctx.consecutive_failures() > failures, "the pass failed");
+        assert!(
+            took < CALL_BUDGET,
+            "under a sustained {code} with Retry-After: 30 the pass took {took:?}"
+        );
+        server.faults().clear();
+        ready(&env).await;
+    }
+    env.stop().await;
+}
+
+/// 4, shutdown: under a sustained 503 with `Retry-After: 30`, stopping a leading manager (the in-flight pass,
+/// then the Lease release) stays within the shutdown grace and one call's budget.
+#[tokio::test]
+async fn a_sustained_retry_after_cannot_hold_a_shutdown() {
+    let env = Env::start_with(Config::default(), true, options(false)).await;
+    let Some(server) = embedded(&env) else {
+        return env.stop().await;
+    };
+    // The manager as `run --leader-elect` starts it, with the manager's client.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let args = run_args();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let election =
+        btp_manager::app::LeaderElection::new(env.manager_client.clone(), names::KYMA_SYSTEM, Duration::from_secs(15));
+    let manager = btp_manager::app::spawn_reconciler(
+        &args.reconciler,
+        Some(election),
+        env.manager_client.clone(),
+        btp_manager::reconciler::metrics::ReconcileMetrics::register(&mut registry),
+        stop_rx,
+    )
+    .await
+    .unwrap();
+    env.create_secret(credentials(), true).await;
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    ready(&env).await;
+
+    server.faults().set_retry_after(Some(30));
+    fail_manager(server, 503, None, None);
+    let mark = server.request_log().len();
+    touch(&env, 1).await;
+    wait_for_request(server, mark, "a pass meets the fault", |r| r.code == 503).await;
+    let started = Instant::now();
+    let _ = stop_tx.send(true);
+    let budget = SHUTDOWN_GRACE + CALL_BUDGET;
+    tokio::time::timeout(budget, manager)
+        .await
+        .unwrap_or_else(|_| panic!("the shutdown did not end within {budget:?}"))
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < budget, "the shutdown took {took:?}");
+    server.faults().clear();
+    env.stop().await;
+}
+
+fn run_args() -> btp_manager::cli::RunArgs {
+    use clap::Parser as _;
+    let repo = |p: &str| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(p);
+    let cli = btp_manager::cli::Cli::try_parse_from([
+        "btp-manager".into(),
+        "run".into(),
+        "--leader-elect".into(),
+        "--operand-image".into(),
+        IMAGE.into(),
+        "--resources-path".into(),
+        repo("module-resources").into_os_string(),
+        "--manager-resources-path".into(),
+        repo("manager-resources").into_os_string(),
+    ])
+    .unwrap();
+    match cli.command {
+        btp_manager::cli::Command::Run(args) => *args,
+        _ => unreachable!("parsed a run command"),
+    }
+}

@@ -23,7 +23,7 @@ pub mod util;
 mod watch;
 
 pub use error::{ApiError, Error};
-pub use faults::{FaultInjector, FaultRule, RequestLog, RequestRecord};
+pub use faults::{FaultInjector, FaultRule, LatencyRule, RequestLog, RequestRecord};
 pub use server::{mark_deployment_available, spawn_deployment_controller};
 
 use std::collections::HashMap;

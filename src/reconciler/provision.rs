@@ -83,9 +83,9 @@ async fn steps(
             Reason::ProvisioningFailed
         }
     };
-    converge(ctx, cluster, cr, Some(status), failed(was_ready)).await?;
+    let converged = converge(ctx, cluster, cr, Some(status), failed(was_ready)).await?;
 
-    let deployment = cluster.operand_deployment().await?;
+    let deployment = converged.operand_deployment;
     let ready = deployment.as_ref().is_some_and(readiness::deployment_ready);
     let (waited, from_ready) = if ready {
         (Default::default(), was_ready)
@@ -151,6 +151,14 @@ pub async fn required_credentials(
     Ok((credentials, annotations))
 }
 
+/// What [`converge`] leaves: the credentials it validated and the operand Deployment as it is after the apply.
+pub struct Converged {
+    /// The validated credentials.
+    pub credentials: Credentials,
+    /// The operand Deployment after the apply (None when there is none).
+    pub operand_deployment: Option<k8s_openapi::api::apps::v1::Deployment>,
+}
+
 /// Bring the operand to the desired state: the required Secret, credentials drift (reported as progress
 /// when `progress` is given and the CR was Ready), the apply, and the clean-up of what the drift
 /// invalidated. Deprovisioning runs it without `progress` to keep the operand healthy while deletion is
@@ -161,7 +169,7 @@ pub async fn converge(
     cr: &BtpOperator,
     progress: Option<&mut StatusWriter<'_>>,
     failed: Reason,
-) -> Result<Credentials, Stop> {
+) -> Result<Converged, Stop> {
     let config = ctx.config();
     let (credentials, required) = required_credentials(cluster, &config).await?;
 
@@ -178,10 +186,11 @@ pub async fn converge(
         .await?;
 
     let policies_enabled = network_policies::enabled(cr.annotations());
-    cluster
+    let applied = cluster
         .apply_module(cr, &ctx.resources(), &credentials, policies_enabled)
         .await
         .map_err(report(failed))?;
+    let mut operand_deployment = applied.operand_deployment;
 
     // What the drift invalidated (the operand restarts with the new settings); nothing to look at when the
     // credentials namespace and cluster ID did not change.
@@ -189,6 +198,11 @@ pub async fn converge(
         let after = cluster.observe_drift(&credentials, &required).await?;
         let actions = drift::after_apply(&credentials, &before.observed, &after.observed);
         cluster.carry_out(&required, &actions, &after).await?;
+        // The operand pod may have been deleted: read the Deployment as it is now.
+        operand_deployment = cluster.operand_deployment().await?;
     }
-    Ok(credentials)
+    Ok(Converged {
+        credentials,
+        operand_deployment,
+    })
 }

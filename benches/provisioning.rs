@@ -142,8 +142,7 @@ async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config)
     let mut registry = Registry::default();
     let metrics = ReconcileMetrics::register(&mut registry);
     let timeline = timeline::Timeline::default();
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml_as(MANAGER_USER)).expect("kubeconfig");
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml_as(MANAGER_USER)).expect("kubeconfig");
     let kube_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .expect("kube config");
@@ -214,6 +213,16 @@ async fn create_until_ready(s: &Setup) -> Run {
                 .filter(|sp| module_paths.iter().any(|p| sp.what.ends_with(p.as_str())))
                 .cloned()
                 .collect();
+            if std::env::var_os("BTP_BENCH_TRACE").is_some() {
+                // What the manager sent, relative to the CR's creation (for finding where a pass waits).
+                let mut spans = spans.clone();
+                spans.sort_by_key(|sp| sp.start);
+                for sp in &spans {
+                    let at = |t: Instant| (t - started).as_secs_f64() * 1e3;
+                    println!("  {:7.1} {:7.1} ms  {}", at(sp.start), at(sp.end), sp.what);
+                }
+                println!("  {:7.1} ms  Ready", elapsed.as_secs_f64() * 1e3);
+            }
             return Run {
                 elapsed,
                 sequential: timeline::sequential_round_trips(&spans),
@@ -250,9 +259,7 @@ fn module_paths(ctx: &Context) -> Vec<String> {
             )
         })
         .collect();
-    paths.extend(
-        [btp_certs::operand::CA_SECRET, btp_certs::operand::WEBHOOK_SECRET].map(|n| format!("/secrets/{n}")),
-    );
+    paths.extend([btp_certs::operand::CA_SECRET, btp_certs::operand::WEBHOOK_SECRET].map(|n| format!("/secrets/{n}")));
     paths.push(format!("/networkpolicies/{}", network_policies::LEGACY_POLICY));
     paths
 }
@@ -276,7 +283,11 @@ async fn warm(iters: usize, latency: Latency) -> Vec<Run> {
     let crs: Api<BtpOperator> = Api::namespaced(s.client.clone(), names::KYMA_SYSTEM);
     let mut runs = Vec::new();
     for _ in 0..iters {
-        let Setup { server, client, manager } = s;
+        let Setup {
+            server,
+            client,
+            manager,
+        } = s;
         manager.stop().await;
         let patch = serde_json::json!({"metadata": {"finalizers": null}});
         crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
@@ -286,12 +297,21 @@ async fn warm(iters: usize, latency: Latency) -> Vec<Run> {
             .await
             .expect("delete the CR");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while crs.get_opt(names::BTP_OPERATOR_NAME).await.expect("read the CR").is_some() {
+        while crs
+            .get_opt(names::BTP_OPERATOR_NAME)
+            .await
+            .expect("read the CR")
+            .is_some()
+        {
             assert!(Instant::now() < deadline, "the CR was not deleted");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let manager = start_manager(&server, Config::default()).await;
-        s = Setup { server, client, manager };
+        s = Setup {
+            server,
+            client,
+            manager,
+        };
         runs.push(create_until_ready(&s).await);
     }
     s.manager.stop().await;

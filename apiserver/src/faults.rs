@@ -242,8 +242,14 @@ mod tests {
         });
         faults.latency(Duration::from_millis(15));
         faults.latency(Duration::from_millis(99));
-        assert_eq!(faults.delay("patch", "customresourcedefinitions"), Duration::from_millis(40));
-        assert_eq!(faults.delay("get", "customresourcedefinitions"), Duration::from_millis(15));
+        assert_eq!(
+            faults.delay("patch", "customresourcedefinitions"),
+            Duration::from_millis(40)
+        );
+        assert_eq!(
+            faults.delay("get", "customresourcedefinitions"),
+            Duration::from_millis(15)
+        );
         assert_eq!(faults.delay("get", "configmaps"), Duration::from_millis(15));
         faults.clear();
         assert_eq!(faults.delay("get", "configmaps"), Duration::from_millis(15));

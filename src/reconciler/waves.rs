@@ -5,15 +5,15 @@
 //!    instance of them), Namespaces, ServiceAccounts, PriorityClasses.
 //! 2. [`Wave::Configuration`]: RBAC, ConfigMaps, Secrets (the operand's certificate Secrets among them),
 //!    Services, NetworkPolicies.
-//! 3. [`Wave::Workloads`]: Deployments, and every kind not named here (custom resources included, which
-//!    come after the CRDs of wave 1).
-//! 4. [`Wave::Admission`]: the webhook configurations, which carry the CA of the certificate Secrets of
-//!    wave 2 and call the Deployment of wave 3.
+//! 3. [`Wave::Workloads`]: Deployments, the webhook configurations (which carry the CA of the certificate
+//!    Secrets of wave 2), and every kind not named here (custom resources included, which come after the
+//!    CRDs of wave 1).
 
 use serde_json::Value;
 
-/// Requests in flight at once within a wave, and for the reads before the writes.
-pub const CONCURRENCY: usize = 16;
+/// Requests in flight at once within a wave, and for the reads before the writes: enough for the module's
+/// ~20 reads to go in one round, below the burst of 30 a controller-runtime manager allows itself.
+pub const CONCURRENCY: usize = 24;
 
 /// One wave of the apply, in the order they are applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -22,15 +22,13 @@ pub enum Wave {
     Foundation,
     /// RBAC, ConfigMaps, Secrets, Services, NetworkPolicies.
     Configuration,
-    /// Deployments and every kind not named in another wave.
+    /// Deployments, webhook configurations and every kind not named in another wave.
     Workloads,
-    /// Webhook configurations.
-    Admission,
 }
 
 impl Wave {
     /// Every wave, in order.
-    pub const ALL: [Wave; 4] = [Wave::Foundation, Wave::Configuration, Wave::Workloads, Wave::Admission];
+    pub const ALL: [Wave; 3] = [Wave::Foundation, Wave::Configuration, Wave::Workloads];
 
     /// The wave objects of `kind` belong to.
     pub fn of(kind: &str) -> Wave {
@@ -38,7 +36,6 @@ impl Wave {
             "CustomResourceDefinition" | "Namespace" | "ServiceAccount" | "PriorityClass" => Wave::Foundation,
             "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding" | "ConfigMap" | "Secret" | "Service"
             | "NetworkPolicy" => Wave::Configuration,
-            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => Wave::Admission,
             _ => Wave::Workloads,
         }
     }
@@ -107,8 +104,7 @@ mod tests {
             vec![
                 (Wave::Foundation, s(&["crd", "sa"])),
                 (Wave::Configuration, s(&["cm", "webhook-server-cert", "ca-server-cert"])),
-                (Wave::Workloads, s(&["deploy"])),
-                (Wave::Admission, s(&["vwc", "mwc"])),
+                (Wave::Workloads, s(&["vwc", "deploy", "mwc"])),
             ]
         );
     }
@@ -127,18 +123,24 @@ mod tests {
         // The certificate Secrets before the webhook configurations that carry their CA.
         assert!(Wave::of("Secret") < Wave::of("MutatingWebhookConfiguration"));
         assert!(Wave::of("Secret") < Wave::of("ValidatingWebhookConfiguration"));
-        // What a Deployment's pods use before it; the webhooks it serves after it.
-        for used in ["ServiceAccount", "ConfigMap", "Secret", "Service", "PriorityClass", "Namespace"] {
+        // What a Deployment's pods use before it.
+        for used in [
+            "ServiceAccount",
+            "ConfigMap",
+            "Secret",
+            "Service",
+            "PriorityClass",
+            "Namespace",
+        ] {
             assert!(Wave::of(used) < Wave::of("Deployment"), "{used}");
         }
-        assert!(Wave::of("Deployment") < Wave::of("ValidatingWebhookConfiguration"));
         // Bindings after the ServiceAccounts they name.
         assert!(Wave::of("ServiceAccount") < Wave::of("RoleBinding"));
         assert!(Wave::of("ServiceAccount") < Wave::of("ClusterRoleBinding"));
     }
 
     #[test]
-    fn the_module_resources_need_four_waves_at_most() {
+    fn the_module_resources_need_three_waves_at_most() {
         let module = crate::embedded::module_resources().expect("the built-in module resources");
         let waves = in_waves(module.apply.iter(), |o| kind_of(o));
         assert!(waves.len() <= Wave::ALL.len());

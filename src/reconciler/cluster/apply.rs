@@ -62,7 +62,7 @@ fn secret_object(name: &str, data: BTreeMap<String, Vec<u8>>) -> Value {
 /// What the apply leaves for the readiness check.
 pub struct Applied {
     /// The operand Deployment as it is after the apply: the compare-before-apply read when the apply did not
-    /// write it, else read again after the apply.
+    /// write it, else the apply's answer.
     pub operand_deployment: Option<Deployment>,
 }
 
@@ -73,12 +73,6 @@ fn key(obj: &Value) -> Key {
     let (_, kind, ns, name) = resources::identity(obj);
     let ns = ns.filter(|_| !resources::is_cluster_scoped(&kind));
     (kind, ns, name)
-}
-
-/// The first failure in the order given (so a status message does not depend on which request answered
-/// first).
-fn first_error(results: Vec<Result<(), ApiError>>) -> Result<(), ApiError> {
-    results.into_iter().collect()
 }
 
 impl Cluster<'_> {
@@ -148,7 +142,11 @@ impl Cluster<'_> {
         legacy?;
 
         let secret = |name: &str| {
-            let found = live.get(&("Secret".to_string(), Some(self.config.chart_namespace.clone()), name.to_string()));
+            let found = live.get(&(
+                "Secret".to_string(),
+                Some(self.config.chart_namespace.clone()),
+                name.to_string(),
+            ));
             found
                 .cloned()
                 .flatten()
@@ -170,58 +168,61 @@ impl Cluster<'_> {
             })
             .collect();
         let writes = async {
+            let mut answers = Vec::new();
             for (_, wave) in waves::in_waves(changed.iter().cloned(), waves::kind_of) {
                 let results = futures::stream::iter(wave)
                     .map(|o| async move { self.apply_one(&o).await })
                     .buffered(waves::CONCURRENCY)
                     .collect::<Vec<_>>()
                     .await;
-                first_error(results)?;
+                // The first failure in the wave's order (not the first to answer), so the message is stable.
+                for result in results {
+                    answers.push(result?);
+                }
             }
-            Ok::<(), ApiError>(())
+            Ok::<_, ApiError>(answers)
         };
         let event = async {
             if let Some(regenerated) = &certs.regenerated {
-                self.ctx.certificate_event(cr, regenerated.what, &regenerated.decision).await;
+                self.ctx
+                    .certificate_event(cr, regenerated.what, &regenerated.decision)
+                    .await;
             }
         };
         let ((), written) = futures::join!(event, writes);
-        written?;
+        // What the writes answered replaces what was read: the Deployment as the apply left it.
+        live.extend(written?);
 
         let deployment_key = (
             "Deployment".to_string(),
             Some(self.config.chart_namespace.clone()),
             self.config.deployment_name.clone(),
         );
-        let operand_deployment = if changed.iter().any(|o| key(o) == deployment_key) {
-            self.operand_deployment().await?
-        } else {
-            live.get(&deployment_key)
-                .cloned()
-                .flatten()
-                .and_then(|v| serde_json::from_value::<Deployment>(v).ok())
-        };
+        let operand_deployment = live
+            .get(&deployment_key)
+            .cloned()
+            .flatten()
+            .and_then(|v| serde_json::from_value::<Deployment>(v).ok());
         Ok(Applied { operand_deployment })
     }
 
     /// The object `target` names as it is now (None when absent), as JSON.
     async fn read(&self, target: &Value) -> Result<Option<Value>, ApiError> {
         let (api, name) = self.dynamic_api(target);
-        let live = retrying(|| api.get_opt(&name)).await.map_err(api_err(format!(
-            "reading {} {name}",
-            waves::kind_of(target)
-        )))?;
+        let live = retrying(|| api.get_opt(&name))
+            .await
+            .map_err(api_err(format!("reading {} {name}", waves::kind_of(target))))?;
         Ok(live.and_then(|l| serde_json::to_value(l).ok()))
     }
 
-    /// Server-side apply of one prepared object.
-    async fn apply_one(&self, obj: &Value) -> Result<(), ApiError> {
+    /// Server-side apply of one prepared object; the object as the API server answered (its key with it).
+    async fn apply_one(&self, obj: &Value) -> Result<(Key, Option<Value>), ApiError> {
         let (api, name) = self.dynamic_api(obj);
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         let patch = Patch::Apply(obj);
         retrying(|| api.patch(&name, &params, &patch))
             .await
-            .map(|_| ())
+            .map(|applied| (key(obj), serde_json::to_value(applied).ok()))
             .map_err(api_err(format!("applying {} {name}", waves::kind_of(obj))))
     }
 

@@ -29,9 +29,15 @@ pub fn print_crd() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The webhook configurations as YAML (what `deploy/webhooks.yaml` holds).
+/// The webhook configurations as YAML (what `deploy/webhooks.yaml` holds): without `matchConditions`, so
+/// that every supported Kubernetes version accepts the install (1.24–1.27 reject the field); the manager
+/// adds them at start where the API server has them (`match_conditions_supported`).
 pub fn webhook_manifests_yaml(namespace: &str) -> anyhow::Result<String> {
-    Ok(WebhookManifests::in_cluster(namespace).to_yaml()?)
+    let manifests = WebhookManifests {
+        match_conditions: false,
+        ..WebhookManifests::in_cluster(namespace)
+    };
+    Ok(manifests.to_yaml()?)
 }
 
 /// `btp-manager webhook-manifests`.
@@ -180,7 +186,16 @@ pub async fn start(args: &RunArgs, client: kube::Client, term: watch::Receiver<b
     let election = args
         .leader_elect
         .then(|| LeaderElection::new(client.clone(), &args.namespace, args.leader_election_lease_duration));
-    let reconciler = spawn_reconciler(&args.reconciler, election, client.clone(), &mut registry, term.clone()).await?;
+    let reconcile_metrics = ReconcileMetrics::register(&mut registry);
+    let certificate_expiry = reconcile_metrics.certificates();
+    let reconciler = spawn_reconciler(
+        &args.reconciler,
+        election,
+        client.clone(),
+        reconcile_metrics,
+        term.clone(),
+    )
+    .await?;
     // From here on the reconciler runs: a failed start must not leave it running.
     let reconciler = AbortOnDrop::new(reconciler);
     let ready = ops::Readiness::default();
@@ -229,7 +244,8 @@ pub async fn start(args: &RunArgs, client: kube::Client, term: watch::Receiver<b
                 &args.webhook.webhook_cert_secret,
                 policy,
                 manifests,
-            );
+            )
+            .with_expiry_metrics(certificate_expiry);
             managed_webhook_certificate(certs, stop_rx.clone()).await?
         }
     };
@@ -450,11 +466,11 @@ pub async fn start_reconciler(
     args: &ReconcilerArgs,
     leader_namespace: Option<&str>,
     client: kube::Client,
-    registry: &mut Registry,
+    metrics: ReconcileMetrics,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let election = leader_namespace.map(|ns| LeaderElection::new(client.clone(), ns, DEFAULT_LEASE_DURATION));
-    spawn_reconciler(args, election, client, registry, stop).await.map(drop)
+    spawn_reconciler(args, election, client, metrics, stop).await.map(drop)
 }
 
 /// The Lease duration when none is given (`--leader-election-lease-duration`).
@@ -466,7 +482,7 @@ pub async fn spawn_reconciler(
     args: &ReconcilerArgs,
     election: Option<LeaderElection>,
     client: kube::Client,
-    registry: &mut Registry,
+    metrics: ReconcileMetrics,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let image = args
@@ -487,7 +503,6 @@ pub async fn spawn_reconciler(
             embedded::describe(&config.manager_resources_path)
         )
     })?;
-    let metrics = ReconcileMetrics::register(registry);
     let ctx = Context::new(
         client.clone(),
         config,
@@ -498,7 +513,11 @@ pub async fn spawn_reconciler(
     );
     let ctx = Arc::new(ctx.with_network_policies(policies));
     let Some(election) = election else {
-        return Ok(tokio::spawn(reconciler::run(ctx, stopped(stop))));
+        return Ok(tokio::spawn(async move {
+            ctx.metrics.set_leading(true);
+            reconciler::run(ctx.clone(), stopped(stop)).await;
+            ctx.metrics.set_leading(false);
+        }));
     };
     // The Lease must be readable (and creatable) before we say we started.
     election.manager().await.context("preparing leader election")?;
@@ -581,6 +600,7 @@ pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut
             break;
         }
         tracing::info!("leading: reconciling");
+        ctx.metrics.set_leading(true);
         let (mut lost, mut stopping) = (leader.clone(), stop.clone());
         reconciler::run(ctx.clone(), async move {
             tokio::select! {
@@ -589,6 +609,7 @@ pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut
             }
         })
         .await;
+        ctx.metrics.set_leading(false);
         if *stop.borrow() {
             break;
         }

@@ -27,12 +27,42 @@ pub enum Command {
     Crd,
     /// Print the table of status reasons with what to do about each (the source of docs/status-reasons.md).
     StatusReasons,
+    /// Check BTP Manager in the cluster of the current kubeconfig, read-only: version, CRD, RBAC, the manager's
+    /// Deployment and leader, its webhooks end to end, certificates, the BtpOperator, the credentials Secret and
+    /// the operand. Exits 0 when nothing failed (warnings allowed).
+    Doctor(DoctorArgs),
     /// Print the manager's own webhook configurations (the source of deploy/webhooks.yaml).
     WebhookManifests {
         /// Namespace of the manager's webhook Service.
         #[arg(long, default_value = btp_api::names::KYMA_SYSTEM)]
         namespace: String,
     },
+}
+
+/// Flags of `doctor`.
+#[derive(Args, Debug, Clone)]
+pub struct DoctorArgs {
+    /// The manager's namespace (as installed by deploy/).
+    #[arg(long, default_value = btp_api::names::KYMA_SYSTEM)]
+    pub namespace: String,
+    /// The manager's ServiceAccount (as installed by deploy/).
+    #[arg(long, default_value = "btp-manager-controller-manager")]
+    pub service_account: String,
+    /// Output: `text` (a line per check) or `json`.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: DoctorOutput,
+    /// A kubeconfig to use instead of the current one (`KUBECONFIG`, `~/.kube/config`).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// How `doctor` prints its report.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoctorOutput {
+    /// A line per check, with the fix below a failed or warning one.
+    Text,
+    /// The same as JSON.
+    Json,
 }
 
 /// Flags of `run`.

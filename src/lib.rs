@@ -4,19 +4,23 @@
 //! - `cli`: flags.
 //! - `webhook_certs`: the manager's own webhook certificates in the cluster.
 //! - `config`: runtime configuration (defaults, ConfigMap keys).
+//! - `doctor`: `btp-manager doctor`, read-only health checks of a live installation.
 //! - `embedded`: the operand's manifests built into the binary (the default module resources).
 //! - `local`: `btp-manager local`, everything against the embedded API server.
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
+//! - `shipped`: what `deploy/` installs, built in (for `local` and `doctor`).
 //! - `ops`: metrics and health endpoints; `telemetry`: logging; `watch_backoff`: how watches retry.
 
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod embedded;
 pub mod local;
 pub mod objects;
 pub mod ops;
 pub mod reconciler;
+pub mod shipped;
 pub mod telemetry;
 pub mod watch_backoff;
 pub mod webhook_certs;

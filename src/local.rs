@@ -1,13 +1,16 @@
 //! `btp-manager local`: the whole manager against the embedded API server, no cluster needed.
 //!
-//! Starts the embedded API server, writes a kubeconfig for `kubectl`, installs the CRD and the manager's
-//! webhook configurations (pointing at the in-process webhook server on loopback), runs the reconciler,
-//! creates `kyma-system`, an example credentials Secret (dummy values) and the `BtpOperator`, plays the
-//! operand's Deployment controller, serves metrics and health endpoints, and prints every state change of
-//! the CR on stdout (logs go to stderr, warnings only unless `RUST_LOG` says otherwise).
+//! Starts the embedded API server, writes a kubeconfig for `kubectl`, installs the CRD and the manager's part
+//! of `deploy/` (ServiceAccount, RBAC, Services, Deployment: a cluster as `kubectl apply -k deploy/` leaves it,
+//! with this process as the manager's Pod, authenticated as its ServiceAccount and leader-elected), registers
+//! the webhook configurations (pointing at the in-process webhook server on loopback), runs the reconciler,
+//! creates an example credentials Secret (dummy values) and the `BtpOperator`, plays the Deployment controller
+//! and the kubelet, serves metrics and health endpoints, and prints every state change of the CR on stdout
+//! (logs go to stderr, warnings only unless `RUST_LOG` says otherwise). `btp-manager doctor` passes on it.
 
 use crate::app::{self, stopped};
 use crate::cli::LocalArgs;
+use crate::reconciler::metrics::ReconcileMetrics;
 use crate::telemetry::kube_message;
 use crate::webhook_certs::WebhookCerts;
 use crate::BoxedFuture;
@@ -91,10 +94,27 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!(kube_message(&e)))
         .context("installing the BtpOperator CRD")?;
     say(started, "installed the BtpOperator CRD in namespace kyma-system");
+    // As `kubectl apply -k deploy/` would have it, for the manager: its ServiceAccount and RBAC (the embedded
+    // server enforces it for the manager, which runs as that ServiceAccount), Services and Deployment (whose
+    // Pods this process plays).
+    let mut manager_objects = Vec::new();
+    for (file, text) in crate::shipped::FOR_LOCAL {
+        manager_objects.extend(crate::shipped::objects(text).with_context(|| format!("reading deploy/{file}"))?);
+    }
+    crate::shipped::apply(&client, &manager_objects, "kubectl")
+        .await
+        .context("installing the manager's objects of deploy/")?;
+    say(
+        started,
+        "installed the manager's ServiceAccount, RBAC, Services and Deployment from deploy/ (this process is its Pod)",
+    );
+    // The manager's own client: its ServiceAccount, bound to the shipped RBAC.
+    let manager = server.client_as(&crate::shipped::manager_user(names::KYMA_SYSTEM));
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut registry = Registry::default();
     let webhook_metrics = WebhookMetrics::register(&mut registry);
+    let reconcile_metrics = ReconcileMetrics::register(&mut registry);
     // Webhooks on loopback (an ephemeral port unless told otherwise), registered by URL with a certificate
     // for that address.
     let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
@@ -110,19 +130,20 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     let mut policy = btp_certs::rotation::Policy::new(vec!["localhost".into()], vec![addr.ip()]);
     policy.key = args.webhook_key_algorithm;
     let certs = WebhookCerts::new(
-        client.clone(),
+        manager.clone(),
         names::KYMA_SYSTEM,
         names::webhook::CERT_SECRET_NAME,
         policy,
         manifests,
-    );
+    )
+    .with_expiry_metrics(reconcile_metrics.certificates());
     let cert = app::managed_webhook_certificate(certs, stop_rx.clone()).await?;
     let rules = RulesConfig {
         secret_namespace: rec.chart_namespace.clone(),
         secret_name: rec.secret_name.clone(),
     };
     let state =
-        WebhookState::new(rules, Arc::new(KubeServiceCounter::new(client.clone()))).with_metrics(webhook_metrics);
+        WebhookState::new(rules, Arc::new(KubeServiceCounter::new(manager.clone()))).with_metrics(webhook_metrics);
     tokio::spawn(btp_webhooks::server::serve(
         listener,
         btp_webhooks::tls::server_config(cert)?,
@@ -138,11 +159,19 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     if reconciler_args.operand_image.as_deref().is_none_or(str::is_empty) {
         reconciler_args.operand_image = Some(OPERAND_IMAGE.into());
     }
-    app::start_reconciler(&reconciler_args, None, client.clone(), &mut registry, stop_rx.clone()).await?;
-    btp_apiserver::spawn_deployment_controller(client.clone());
+    // With leader election, as the shipped Deployment runs it.
+    app::start_reconciler(
+        &reconciler_args,
+        Some(names::KYMA_SYSTEM),
+        manager.clone(),
+        reconcile_metrics,
+        stop_rx.clone(),
+    )
+    .await?;
+    btp_apiserver::spawn_workload_controller(client.clone());
     say(
         started,
-        "reconciler running; playing the operand's Deployment controller",
+        "reconciler running; playing the Deployment controller and the kubelet (the operand's Pod shows as Running)",
     );
     // Ready as soon as the webhooks serve, as for `run`.
     let ready = crate::ops::Readiness::default();

@@ -12,6 +12,18 @@ fn main() -> std::process::ExitCode {
             Ok(())
         }
         Command::WebhookManifests { namespace } => app::print_webhook_manifests(&namespace),
+        Command::Doctor(args) => {
+            telemetry::init(telemetry::Audience::Console);
+            match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => match rt.block_on(btp_manager::doctor::run(args)) {
+                    Ok(true) => Ok(()),
+                    // The report says what failed; the exit code says that something did.
+                    Ok(false) => return std::process::ExitCode::FAILURE,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
+            }
+        }
         Command::Local(args) => {
             telemetry::init(telemetry::Audience::Console);
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -10,6 +10,7 @@
 //! configuration already as wanted is not written (Kubernetes 1.24 re-writes an unchanged one on every
 //! server-side apply, which would wake the watch again).
 
+use crate::reconciler::metrics::{Certificate, CertificateExpiry};
 use btp_api::names;
 use btp_certs::rotation::{self, Policy, Step, Stored};
 use btp_webhooks::manifests::{is_match_conditions_schema_error, WebhookManifests};
@@ -46,6 +47,9 @@ pub enum CertsError {
     /// Other replicas kept winning the write race.
     #[error("gave up after {0} conflicting writes of the certificate Secret")]
     Conflicts(usize),
+    /// A patch could not be built.
+    #[error("building a patch: {0}")]
+    Patch(#[from] serde_json::Error),
     /// Certificate generation task failed.
     #[error("certificate generation task: {0}")]
     Join(#[from] tokio::task::JoinError),
@@ -65,6 +69,8 @@ pub struct WebhookCerts {
     manifests: WebhookManifests,
     /// Set when the API server refused `matchConditions` (older than its `/version` claimed).
     without_match_conditions: AtomicBool,
+    /// Where the served CA's and leaf's expiry go (alerts).
+    expiry: Option<CertificateExpiry>,
 }
 
 const MAX_CONFLICTS: usize = 8;
@@ -85,7 +91,15 @@ impl WebhookCerts {
             policy,
             manifests,
             without_match_conditions: AtomicBool::new(false),
+            expiry: None,
         }
+    }
+
+    /// Export the expiry of the CA and the serving certificate in use
+    /// (`btpmanager_certificate_expiration_timestamp_seconds`).
+    pub fn with_expiry_metrics(mut self, expiry: CertificateExpiry) -> Self {
+        self.expiry = Some(expiry);
+        self
     }
 
     fn secret(&self, stored: &Stored, existing: Option<&Secret>) -> Secret {
@@ -169,6 +183,13 @@ impl WebhookCerts {
         if cert.current().cert.first() != next.cert.first() {
             cert.set(next);
             tracing::info!("serving a new webhook certificate");
+        }
+        if let Some(expiry) = &self.expiry {
+            expiry.observe_pem(Certificate::ManagerLeaf, leaf.cert_pem.as_bytes());
+            match &stored.ca {
+                Some(ca) => expiry.observe_pem(Certificate::ManagerCa, ca.cert_pem.as_bytes()),
+                None => expiry.forget(Certificate::ManagerCa),
+            }
         }
         let mut manifests = WebhookManifests {
             ca_bundle: stored.ca_bundle().into_bytes(),
@@ -298,8 +319,12 @@ where
         .map_err(api_err(format!("reading the {kind}")))?;
     let desired_json = serde_json::to_value(desired).unwrap_or_default();
     if let Some(current) = current {
-        if contains(&serde_json::to_value(&current).unwrap_or_default(), &desired_json) {
+        let current_json = serde_json::to_value(&current).unwrap_or_default();
+        if contains(&current_json, &desired_json) {
             return Ok(());
+        }
+        if switches_endpoint(&current_json, &desired_json) {
+            return replace_webhooks(api, name, &current_json, &desired_json).await;
         }
     }
     let params = PatchParams::apply(names::FIELD_MANAGER).force();
@@ -316,6 +341,54 @@ where
             CertsError::Api { action, source }
         })?;
     tracing::info!(%kind, %name, "webhook configuration applied");
+    Ok(())
+}
+
+/// Whether going from `current` to `desired` moves a webhook's `clientConfig` between `service` and `url`
+/// (a configuration installed from `deploy/webhooks.yaml` taken over by `btp-manager run` outside the
+/// cluster, or the other way round). A server-side apply cannot do that: the other field stays owned by the
+/// manager that set it (kubectl), the two merge, and the API server refuses the result ("exactly one of url
+/// or service is required").
+pub fn switches_endpoint(current: &serde_json::Value, desired: &serde_json::Value) -> bool {
+    let endpoint = |hook: &serde_json::Value| {
+        let config = &hook["clientConfig"];
+        (!config["url"].is_null(), !config["service"].is_null())
+    };
+    let (Some(current), Some(desired)) = (current["webhooks"].as_array(), desired["webhooks"].as_array()) else {
+        return false;
+    };
+    desired.iter().any(|d| {
+        current
+            .iter()
+            .find(|c| c.get("name") == d.get("name"))
+            .is_some_and(|c| endpoint(c) != endpoint(d))
+    })
+}
+
+/// Replace the whole `webhooks` list with the wanted one in one JSON patch (authorized as `patch`), guarded by
+/// the `resourceVersion` read, so a concurrent change makes it fail (409) and the next round decides again.
+async fn replace_webhooks<K>(
+    api: &Api<K>,
+    name: &str,
+    current: &serde_json::Value,
+    desired: &serde_json::Value,
+) -> Result<(), CertsError>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let kind = K::kind(&()).to_string();
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
+        {"op": "replace", "path": "/webhooks", "value": desired["webhooks"]},
+    ]))?;
+    let params = PatchParams {
+        field_manager: Some(names::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &Patch::<()>::Json(patch))
+        .await
+        .map_err(api_err(format!("switching the {kind}'s webhook endpoints")))?;
+    tracing::info!(%kind, %name, "webhook configuration taken over: endpoints switched between url and service");
     Ok(())
 }
 

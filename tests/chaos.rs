@@ -51,7 +51,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-const MANAGER_USER: &str = "system:serviceaccount:kyma-system:btp-manager";
+/// The shipped ServiceAccount (`deploy/service-account.yaml`), with the RBAC of `deploy/` installed by the harness.
+const MANAGER_USER: &str = "system:serviceaccount:kyma-system:btp-manager-controller-manager";
 const NS: &str = names::KYMA_SYSTEM;
 /// Where the ServiceInstances and ServiceBindings live.
 const TEAM: &str = "chaos-team";

@@ -200,6 +200,46 @@ impl Drop for Local {
     }
 }
 
+/// The metric names an OpenMetrics exposition offers: every sample's name, and for each family its name with
+/// the suffixes its samples carry (`_total` for counters; `_bucket`, `_count`, `_sum` for histograms), so that
+/// a family with no sample yet counts too.
+fn exported_metric_names(exposition: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in exposition.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let suffixes: &[&str] = match kind {
+                "counter" => &["_total"],
+                "histogram" => &["_bucket", "_count", "_sum"],
+                _ => &[""],
+            };
+            names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+        } else if !line.starts_with('#') {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_string());
+        }
+    }
+    names
+}
+
+/// The metric names the alert rules' expressions use: identifiers of the manager's metric families
+/// (`btpmanager_…`, `controller_runtime_…`).
+fn metric_names_in_rules(rules: &str) -> std::collections::BTreeSet<String> {
+    rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("expr:"))
+        .flat_map(|expr| {
+            expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .filter(|w| w.starts_with("btpmanager_") || w.starts_with("controller_runtime_"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// A plain HTTP/1.1 GET: (status code, body).
 fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
@@ -242,11 +282,57 @@ fn local_serves_metrics_health_and_webhooks_on_the_given_addresses() {
 
     assert_eq!(http_get(health, "/healthz"), (200, "ok".into()));
     assert_eq!(http_get(health, "/readyz"), (200, "ok".into()));
-    let (status, body) = http_get(metrics, "/metrics");
+    // The pass that wrote Ready ends just after: its success is counted then.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (status, body) = loop {
+        let (status, body) = http_get(metrics, "/metrics");
+        if status != 200
+            || !body.contains("btpmanager_reconcile_last_success_timestamp_seconds 0.0")
+            || Instant::now() > deadline
+        {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(status, 200, "{body}");
     assert!(
         body.contains("controller_runtime_reconcile_total{controller=\"btpoperator\",result=\"success\"}"),
         "{body}"
+    );
+    // What alerts read (deploy/monitoring/): this replica leads, the CR is Ready, a reconcile succeeded, and
+    // every certificate's expiry is known.
+    assert!(body.contains("\nbtpmanager_leader 1\n"), "{body}");
+    assert!(
+        body.contains("btpmanager_btpoperator_state{state=\"Ready\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("btpmanager_btpoperator_state{state=\"Error\"} 0"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("btpmanager_reconcile_last_success_timestamp_seconds 0.0"),
+        "{body}"
+    );
+    for certificate in ["manager-ca", "manager-leaf", "operand-ca", "operand-leaf"] {
+        assert!(
+            body.contains(&format!(
+                "btpmanager_certificate_expiration_timestamp_seconds{{certificate=\"{certificate}\"}}"
+            )),
+            "{certificate}: {body}"
+        );
+    }
+    // Every metric an alert rule names is one the manager exports.
+    let exported = exported_metric_names(&body);
+    let rules =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring/prometheusrule.yaml"))
+            .unwrap();
+    let named = metric_names_in_rules(&rules);
+    assert!(named.len() >= 6, "the rules name the manager's metrics: {named:?}");
+    let unknown: Vec<&String> = named.iter().filter(|n| !exported.contains(*n)).collect();
+    assert!(
+        unknown.is_empty(),
+        "alert rules name metrics the manager does not export: {unknown:?}"
     );
     // The refused misnamed CR went through the webhook server on the given address.
     assert!(body.contains("btpmanager_webhook_request_duration_seconds"), "{body}");

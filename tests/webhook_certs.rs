@@ -523,3 +523,77 @@ fn the_secret_webhooks_match_the_required_secret_only() {
         );
     }
 }
+
+/// The endpoints of every webhook of both configurations: (url set, service set).
+async fn endpoints(client: &kube::Client) -> Vec<(bool, bool)> {
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v = v.get(btp_api::names::webhook::VALIDATING_CONFIGURATION).await.unwrap();
+    let m = m.get(btp_api::names::webhook::MUTATING_CONFIGURATION).await.unwrap();
+    let configs = v
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| w.client_config)
+        .chain(m.webhooks.unwrap_or_default().into_iter().map(|w| w.client_config));
+    configs.map(|c| (c.url.is_some(), c.service.is_some())).collect()
+}
+
+/// `btp-manager run` outside the cluster against a cluster installed from `deploy/` (the development loop):
+/// it takes over the installed configurations, whose webhooks name the Service (set by kubectl), switching
+/// them to its URL; a later in-cluster start switches them back. A server-side apply alone would merge `url`
+/// into kubectl's `service`, which a real API server refuses (422, "exactly one of url or service").
+#[tokio::test]
+async fn run_outside_the_cluster_takes_over_the_installed_configurations_and_in_cluster_takes_them_back() {
+    let (server, client) = api_server().await;
+    // As `kubectl apply -k deploy/` creates them (client-side apply: a POST by kubectl's field manager).
+    let installed = btp_manager::app::webhook_manifests_yaml(NS).unwrap();
+    let post = PostParams {
+        field_manager: Some("kubectl-client-side-apply".into()),
+        ..PostParams::default()
+    };
+    for doc in serde_saphyr::from_multiple::<serde_json::Value>(&installed).unwrap() {
+        match doc["kind"].as_str() {
+            Some("ValidatingWebhookConfiguration") => {
+                let c: ValidatingWebhookConfiguration = serde_json::from_value(doc).unwrap();
+                Api::all(client.clone()).create(&post, &c).await.unwrap();
+            }
+            Some("MutatingWebhookConfiguration") => {
+                let c: MutatingWebhookConfiguration = serde_json::from_value(doc).unwrap();
+                Api::all(client.clone()).create(&post, &c).await.unwrap();
+            }
+            _ => {}
+        }
+    }
+    assert!(endpoints(&client).await.iter().all(|e| *e == (false, true)));
+
+    let outside = certs(&client, policy(), "https://127.0.0.1:9443");
+    let s = outside.settle().await.unwrap();
+    let leaf = s.leaf.as_ref().unwrap();
+    let cert = SwappableCert::new(
+        btp_webhooks::tls::certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap(),
+    );
+    outside
+        .publish(&s, &cert)
+        .await
+        .expect("run outside the cluster takes over");
+    assert!(endpoints(&client).await.iter().all(|e| *e == (true, false)));
+    for bundle in bundles(&client).await {
+        assert_eq!(bundle, s.ca_bundle().into_bytes());
+    }
+    // Nothing left to change: a second round writes nothing.
+    let log = server.request_log();
+    let before = log.len();
+    outside.publish(&s, &cert).await.unwrap();
+    assert!(
+        log.since(before).iter().all(|r| r.verb != "patch"),
+        "an unchanged configuration is not written"
+    );
+
+    let in_cluster = WebhookCerts::new(client.clone(), NS, SECRET, policy(), WebhookManifests::in_cluster(NS));
+    in_cluster
+        .publish(&s, &cert)
+        .await
+        .expect("an in-cluster start takes them back");
+    assert!(endpoints(&client).await.iter().all(|e| *e == (false, true)));
+}

@@ -1,17 +1,21 @@
 //! Runs the embedded API server and writes a kubeconfig:
-//! `cargo run -p btp-apiserver --example serve -- /tmp/kubeconfig [--as USER=PATH]... [--audit-log PATH]`
+//! `cargo run -p btp-apiserver --example serve -- /tmp/kubeconfig [--as USER=PATH]... [--audit-log PATH]
+//! [--version 1.24|1.36]`
 //!
+//! - `--version` chooses the Kubernetes version the server presents and behaves as (default: the newest
+//!   modelled, 1.36; `1.24`: no webhook `matchConditions`, and the other recorded 1.24 differences).
 //! - `--as USER=PATH` also writes a kubeconfig at PATH whose token authenticates as USER (the request log
 //!   records that user's requests under its name, as a real API server's audit log would).
 //! - `--audit-log PATH` appends every request the server answers to PATH, one JSON object per line
 //!   (method, verb, path, query, group, resource, namespace, name, user, code, changed).
-use btp_apiserver::{ApiServer, Config};
+use btp_apiserver::{ApiServer, Config, KubeVersion};
 use std::io::Write as _;
 
 struct Args {
     kubeconfig: String,
     users: Vec<(String, String)>,
     audit_log: Option<String>,
+    version: KubeVersion,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -20,6 +24,7 @@ fn parse_args() -> Result<Args, String> {
         kubeconfig: "kubeconfig".into(),
         users: Vec::new(),
         audit_log: None,
+        version: KubeVersion::default(),
     };
     let mut positional = false;
     while let Some(arg) = args.next() {
@@ -30,6 +35,10 @@ fn parse_args() -> Result<Args, String> {
                 parsed.users.push((user.to_string(), path.to_string()));
             }
             "--audit-log" => parsed.audit_log = Some(args.next().ok_or("--audit-log needs a PATH")?),
+            "--version" => {
+                let v = args.next().ok_or("--version needs 1.24 or 1.36")?;
+                parsed.version = KubeVersion::parse(&v).ok_or(format!("unsupported --version {v} (1.24 or 1.36)"))?;
+            }
             flag if flag.starts_with("--") => return Err(format!("unknown flag {flag}")),
             path if !positional => {
                 parsed.kubeconfig = path.to_string();
@@ -74,11 +83,17 @@ async fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("serve: {e}\nusage: serve [KUBECONFIG] [--as USER=PATH]... [--audit-log PATH]");
+            eprintln!(
+                "serve: {e}\nusage: serve [KUBECONFIG] [--as USER=PATH]... [--audit-log PATH] [--version 1.24|1.36]"
+            );
             std::process::exit(2);
         }
     };
-    let srv = ApiServer::start(Config::default()).await.expect("start");
+    let config = Config {
+        version: args.version,
+        ..Config::default()
+    };
+    let srv = ApiServer::start(config).await.expect("start");
     std::fs::write(&args.kubeconfig, srv.kubeconfig_yaml()).expect("write kubeconfig");
     for (user, path) in &args.users {
         std::fs::write(path, srv.kubeconfig_yaml_as(user)).expect("write the user's kubeconfig");

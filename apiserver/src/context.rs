@@ -28,6 +28,8 @@ pub(crate) struct State {
     pub service_map: ServiceMap,
     pub bookmark_interval: Duration,
     pub namespace_termination_delay: Duration,
+    /// The Kubernetes version the server behaves as.
+    pub version: crate::KubeVersion,
     pub addr: SocketAddr,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     pub active_watches: std::sync::atomic::AtomicUsize,

@@ -128,6 +128,23 @@ impl ApiError {
     pub fn forbidden(msg: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", msg)
     }
+    /// 403 Forbidden for `resource` (`name` may be empty): `<resource>[.<group>] ["<name>" ]is forbidden: <reason>`,
+    /// with the details a real API server sends (`errors.NewForbidden`).
+    pub fn forbidden_for(group: &str, resource: &str, name: &str, reason: &str) -> Self {
+        let mut d = json!({ "kind": resource });
+        if !name.is_empty() {
+            d["name"] = json!(name);
+        }
+        if !group.is_empty() {
+            d["group"] = json!(group);
+        }
+        let what = if name.is_empty() {
+            qualified(group, resource)
+        } else {
+            format!("{} \"{name}\"", qualified(group, resource))
+        };
+        Self::forbidden(format!("{what} is forbidden: {reason}")).with_details(d)
+    }
     pub fn internal(msg: impl Into<String>) -> Self {
         Self::new(500, "InternalError", format!("Internal error occurred: {}", msg.into()))
     }
@@ -148,6 +165,11 @@ impl ApiError {
         });
         if let Some(d) = &self.details {
             v["details"] = d.clone();
+        }
+        if self.reason.is_empty() {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("reason");
+            }
         }
         v
     }

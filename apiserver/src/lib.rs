@@ -4,7 +4,9 @@
 //! apply, admission webhooks) for kube-rs clients and `kubectl` to work against it unchanged.
 //! See `README.md` for what is and is not supported.
 
+mod access;
 pub mod admission;
+pub mod authz;
 mod context;
 pub mod error;
 pub mod events;
@@ -14,6 +16,7 @@ pub mod patch;
 pub mod proto;
 pub mod registry;
 mod render;
+pub mod schema;
 pub mod selectors;
 mod server;
 pub mod ssa;
@@ -21,10 +24,13 @@ pub mod store;
 pub mod tls;
 pub mod util;
 mod watch;
+pub mod workloads;
 
+pub use authz::User;
 pub use error::{ApiError, Error};
 pub use faults::{FaultInjector, FaultRule, LatencyRule, RequestLog, RequestRecord};
 pub use server::{mark_deployment_available, spawn_deployment_controller};
+pub use workloads::spawn_workload_controller;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -47,6 +53,42 @@ pub struct Config {
     /// How long a deleted namespace stays `Terminating` before its content is deleted (a real cluster's
     /// namespace controller takes seconds; creates in it are refused meanwhile).
     pub namespace_termination_delay: Duration,
+    /// The Kubernetes version the server presents (`/version`) and whose version-gated behaviour it
+    /// follows (see [`KubeVersion`]).
+    pub version: KubeVersion,
+}
+
+/// The Kubernetes version the embedded server behaves as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KubeVersion {
+    /// Kubernetes 1.24: webhook configurations have no `matchConditions` (server-side apply of one that has
+    /// them fails with 500 "field not declared in schema", POST silently drops them, none are evaluated).
+    V1_24,
+    /// The newest version modelled (1.36).
+    #[default]
+    Latest,
+}
+
+impl KubeVersion {
+    /// Parses `1.24`, `v1.24`, `1.36`, `latest`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().trim_start_matches('v') {
+            "1.24" => Some(KubeVersion::V1_24),
+            "1.36" | "latest" => Some(KubeVersion::Latest),
+            _ => None,
+        }
+    }
+    /// (major, minor, gitVersion)
+    pub fn numbers(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            KubeVersion::V1_24 => ("1", "24", "v1.24.0-btp-apiserver"),
+            KubeVersion::Latest => ("1", "36", "v1.36.2-btp-apiserver"),
+        }
+    }
+    /// Whether webhook configurations know `matchConditions` (1.28 beta on by default; GA 1.30).
+    pub fn has_match_conditions(self) -> bool {
+        self != KubeVersion::V1_24
+    }
 }
 
 impl Default for Config {
@@ -58,6 +100,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(5),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             namespace_termination_delay: Duration::from_millis(500),
+            version: KubeVersion::default(),
         }
     }
 }
@@ -149,8 +192,8 @@ impl RunningApiServer {
         c
     }
     /// A client that authenticates as `user` (e.g. `system:serviceaccount:kyma-system:btp-manager`),
-    /// with a token of its own. The server authorizes every user alike (there is no RBAC); the
-    /// request log records who sent each request, so tests can evaluate RBAC rules against it.
+    /// with a token of its own. Its requests are authorized by RBAC (the Roles and bindings in the
+    /// server's store; see [`authz`]) and recorded in the request log under that user.
     pub fn client_as(&self, user: &str) -> kube::Client {
         let token = self.register_user(user);
         let mut config = self.kube_config();
@@ -182,6 +225,11 @@ impl RunningApiServer {
         if let Ok(mut m) = self.state.service_map.write() {
             m.insert((ns.to_string(), name.to_string(), port), addr);
         }
+    }
+    /// Forgets the watch history, as an etcd compaction at the current revision would: watches and
+    /// resourceVersion-exact reads from before now get 410 Gone.
+    pub fn compact_history(&self) {
+        self.state.store.compact();
     }
     /// Stops accepting connections and ends open watches.
     pub async fn shutdown(mut self) {

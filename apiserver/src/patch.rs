@@ -40,10 +40,26 @@ pub fn parse_json_or_yaml(body: &[u8]) -> Result<Value, ApiError> {
 pub fn apply_patch(kind: PatchKind, doc: &mut Value, body: &[u8]) -> Result<(), ApiError> {
     match kind {
         PatchKind::Json => {
-            let p: json_patch::Patch =
-                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(doc, &p)
-                .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))
+            let p: json_patch::Patch = serde_json::from_slice(body).map_err(|e| {
+                let why = if e.is_eof() {
+                    "unexpected end of JSON input".to_string()
+                } else if e.is_data() {
+                    "json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp".to_string()
+                } else {
+                    e.to_string()
+                };
+                ApiError::bad_request(format!("error decoding patch: {why}"))
+            })?;
+            json_patch::patch(doc, &p).map_err(|e| {
+                // kube-apiserver hides the reason (a failed `test`, a missing path) behind a generic text.
+                tracing::debug!(error = %e, "JSON patch could not be applied");
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    "the server rejected our request due to an error in our request",
+                )
+                .with_details(serde_json::json!({}))
+            })
         }
         PatchKind::Merge => {
             let p: Value =

@@ -11,6 +11,8 @@ pub struct VersionDef {
     pub has_status: bool,
     /// CRD `additionalPrinterColumns` (raw), used for `kubectl get` tables.
     pub columns: Vec<Value>,
+    /// A CRD version's `schema.openAPIV3Schema` (validation, pruning, list types; see `crate::schema`).
+    pub schema: Option<Value>,
 }
 
 /// A resource type (version independent; objects are stored once per group+resource).
@@ -85,6 +87,7 @@ fn builtin(
             name: version.into(),
             has_status: status,
             columns: vec![],
+            schema: None,
         }],
         crd: false,
     }
@@ -183,6 +186,16 @@ fn builtin_list() -> Vec<ResourceDef> {
             false,
         ),
         builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
+        // `deploy/` ships one (the manager's and the operand's Pods' priority).
+        builtin(
+            "scheduling.k8s.io",
+            "v1",
+            "priorityclasses",
+            "PriorityClass",
+            false,
+            &["pc"],
+            false,
+        ),
     ]
 }
 
@@ -479,6 +492,7 @@ pub fn def_from_crd(crd: &Value) -> Result<ResourceDef, String> {
             name: vname.into(),
             has_status,
             columns,
+            schema: v.pointer("/schema/openAPIV3Schema").cloned(),
         });
     }
     versions.sort_by_key(|v| std::cmp::Reverse(version_priority(&v.name)));

@@ -7,7 +7,7 @@ use crate::registry::Registry;
 use crate::store::Store;
 use crate::{Config, RunningApiServer};
 use axum::body::Body;
-use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::http::{header, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
@@ -35,6 +35,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
         service_map: std::sync::RwLock::new(config.service_map.clone()),
         bookmark_interval: config.bookmark_interval,
         namespace_termination_delay: config.namespace_termination_delay,
+        version: config.version,
         addr,
         shutdown: sd_rx.clone(),
         active_watches: std::sync::atomic::AtomicUsize::new(0),
@@ -43,6 +44,10 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
     for ns in ["default", "kube-system", "kube-public"] {
         crate::handlers::bootstrap_namespace(&state, ns);
     }
+    crate::access::bootstrap_cluster_roles(&state);
+    // As on a real cluster, the history of what existed before start is compacted: a watch from
+    // resourceVersion 1 is too old.
+    state.store.compact();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls_cfg);
     let st = state.clone();
     let mut sd = sd_rx;
@@ -100,12 +105,13 @@ fn route(st: &State, path: &str) -> Route {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => {
+            let (major, minor, git) = st.version.numbers();
             return Route::Json(json!({
-                "major": "1", "minor": "33", "gitVersion": "v1.33.0-btp-apiserver",
+                "major": major, "minor": minor, "gitVersion": git,
                 "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
                 "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
                 "platform": "linux/amd64",
-            }))
+            }));
         }
         ["healthz"] | ["livez"] | ["readyz"] => return Route::Json(json!("ok")),
         ["api"] => {
@@ -234,17 +240,14 @@ pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
     resp
 }
 
-/// The user a request authenticates as (the admin token is `system:admin`).
-fn authenticated(st: &State, headers: &HeaderMap) -> Option<String> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))?
-        .trim();
-    if token == st.token {
-        return Some(ADMIN_USER.to_string());
+/// Whether `path` is under a group/version the server serves (`/api/v1/...`, `/apis/<g>/<v>/...`).
+fn served_group_version(st: &State, path: &str) -> bool {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["api", v, ..] => st.registry.api_resource_list("", v).is_some(),
+        ["apis", g, v, ..] => st.registry.api_resource_list(g, v).is_some(),
+        _ => true,
     }
-    st.users.read().ok()?.get(token).cloned()
 }
 
 /// Fill `rec` from the path of a request for a resource the server does not serve:
@@ -273,20 +276,28 @@ fn describe_unknown(method: &Method, path: &str, q: &crate::context::Query, rec:
     rec.verb = verb(method, !rec.name.is_empty(), crate::util::query_bool(q, "watch")).into();
 }
 
-/// The user of the server's own token.
-pub(crate) const ADMIN_USER: &str = "system:admin";
-
 async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRecord) -> Response {
     let path = req.uri().path().to_string();
-    match authenticated(st, req.headers()) {
-        Some(user) => rec.user = user,
-        None if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") => {}
-        None => return ApiError::unauthorized().into_response(),
+    let open = matches!(path.as_str(), "/healthz" | "/livez" | "/readyz");
+    let user = match crate::access::authenticate(st, req.headers()) {
+        Ok(Some(user)) => user,
+        Ok(None) if open => crate::authz::User::new("system:anonymous"),
+        Ok(None) => return ApiError::unauthorized().into_response(),
+        Err(e) => return e.into_response(),
+    };
+    if !open {
+        rec.user = user.name.clone();
     }
     let q = crate::util::parse_query(req.uri().query());
     let (t, legacy_watch) = match route(st, &path) {
         Route::Json(v) => {
             rec.verb = "discovery".into();
+            if !open {
+                let verb = verb(req.method(), true, false);
+                if let Err(e) = crate::access::authorize_path(st, &user, verb, &path) {
+                    return e.into_response();
+                }
+            }
             if req.method() != Method::GET {
                 return ApiError::method_not_allowed("the server does not allow this method on the requested resource")
                     .into_response();
@@ -297,6 +308,19 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
             // A real API server authorizes before it finds out that a resource does not exist (say, a CRD
             // not installed yet): record what the request asked for, so RBAC checks of the log see it.
             describe_unknown(req.method(), &path, &q, rec);
+            if let Err(e) = crate::access::authorize_unknown(st, &user, rec) {
+                return e.into_response();
+            }
+            // A group/version the server does not serve at all is the mux's plain-text 404, as on a real
+            // server; an unknown resource of a served group/version is a NotFound Status.
+            if !served_group_version(st, &path) {
+                return (
+                    StatusCode::NOT_FOUND,
+                    [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                    "404 page not found\n",
+                )
+                    .into_response();
+            }
             return ApiError::not_found_path().into_response();
         }
         Route::Resource(t, w) => (t, w),
@@ -327,6 +351,9 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
         Ok(b) => b.to_bytes(),
         Err(_) => return ApiError::new(413, "RequestEntityTooLarge", "request body too large").into_response(),
     };
+    if let Err(e) = crate::access::authorize_resource(st, &user, &t, verb, &q, &parts.headers, &body) {
+        return e.into_response();
+    }
     let mut ctx = Ctx {
         st: st.clone(),
         t,
@@ -343,7 +370,7 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
         Err(e) => e.into_response(),
     };
     for w in &ctx.warnings {
-        let text = format!("299 - \"{}\"", w.replace('"', "'"));
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
         if let Ok(v) = header::HeaderValue::from_str(&text) {
             resp.headers_mut().append(header::WARNING, v);
         }

@@ -36,26 +36,70 @@ struct Entry {
     set: FieldSet,
 }
 
-fn key_elem(name: &str) -> String {
-    format!("k:{}", json!({ "name": name }))
+/// The `k:` element of a list item merged by `keys` (`k:{"name":"c"}`).
+fn key_elem(item: &Value, keys: &[String]) -> String {
+    let mut m = Map::new();
+    for k in keys {
+        m.insert(k.clone(), item.get(k).cloned().unwrap_or(Value::Null));
+    }
+    format!("k:{}", Value::Object(m))
+}
+
+/// The schema of field `k` below `schema` (a CRD's structural schema; None: no schema there).
+fn child<'a>(schema: Option<&'a Value>, k: &str) -> Option<&'a Value> {
+    let s = schema?;
+    s.get("properties")
+        .and_then(|p| p.get(k))
+        .or_else(|| s.get("additionalProperties").filter(|a| a.is_object()))
+}
+
+/// How a list merges: by the keys its schema declares (`x-kubernetes-list-type: map`), atomically when
+/// the schema says nothing, and, without a schema (built-in kinds), by `name` when every item has one.
+fn list_keys(schema: Option<&Value>, a: &[Value]) -> Option<Vec<String>> {
+    match schema {
+        Some(s) if s.get("type").is_some() || s.get("items").is_some() => {
+            if s.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
+                let keys: Vec<String> = s
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|k| k.as_str().map(str::to_string))
+                    .collect();
+                (!keys.is_empty()).then_some(keys)
+            } else {
+                None
+            }
+        }
+        _ => is_named_list(a).then(|| vec!["name".to_string()]),
+    }
+}
+
+fn same_key(a: &Value, b: &Value, keys: &[String]) -> bool {
+    keys.iter().all(|k| a.get(k) == b.get(k))
 }
 
 /// Leaf fields and keyed-item nodes of a value.
-fn collect(v: &Value, path: &mut FieldPath, leaves: &mut FieldSet, nodes: &mut FieldSet) {
+fn collect(v: &Value, s: Option<&Value>, path: &mut FieldPath, leaves: &mut FieldSet, nodes: &mut FieldSet) {
+    let keys = match v {
+        Value::Array(a) => list_keys(s, a),
+        _ => None,
+    };
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, c) in m {
                 path.push(format!("f:{k}"));
-                collect(c, path, leaves, nodes);
+                collect(c, child(s, k), path, leaves, nodes);
                 path.pop();
             }
         }
-        Value::Array(a) if is_named_list(a) => {
+        Value::Array(a) if keys.is_some() && !a.is_empty() => {
+            let keys = keys.unwrap_or_default();
+            let item_schema = s.and_then(|s| s.get("items"));
             for item in a {
-                let name = item.get("name").and_then(Value::as_str).unwrap_or("");
-                path.push(key_elem(name));
+                path.push(key_elem(item, &keys));
                 nodes.insert(path.clone());
-                collect(item, path, leaves, nodes);
+                collect(item, item_schema, path, leaves, nodes);
                 path.pop();
             }
         }
@@ -106,9 +150,9 @@ fn scoped(obj: &Value, sub: Option<&str>, has_status: bool) -> Value {
     Value::Object(out)
 }
 
-fn fields(obj: &Value) -> (FieldSet, FieldSet) {
+fn fields(obj: &Value, schema: Option<&Value>) -> (FieldSet, FieldSet) {
     let (mut l, mut n) = (FieldSet::new(), FieldSet::new());
-    collect(obj, &mut vec![], &mut l, &mut n);
+    collect(obj, schema, &mut vec![], &mut l, &mut n);
     (l, n)
 }
 
@@ -312,17 +356,29 @@ fn touch(e: &mut Entry, api_version: &str) {
 
 /// Records an `Update` managedFields entry for a non-apply write: the manager takes ownership
 /// of every field it changed; fields that no longer exist are dropped from all entries.
-pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_version: &str, sub: Option<&str>) {
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    api_version: &str,
+    sub: Option<&str>,
+    schema: Option<&Value>,
+) {
     let mut es = entries(new);
     let scope_new = scoped(new, sub, sub.is_none());
-    let (l, n) = fields(&scope_new);
+    let (l, n) = fields(&scope_new, schema);
     let empty = json!({});
     let old_v = old.unwrap_or(&empty);
-    let changed: FieldSet = l
+    let mut changed: FieldSet = l
         .union(&n)
         .filter(|p| get_at(old_v, p) != get_at(new, p))
         .cloned()
         .collect();
+    // A map the update creates is itself a member of the writer's set (the `.` entry of FieldsV1), as
+    // structured-merge-diff records it for `data`, `labels`, a custom resource's `spec`/`status`, ...
+    let mut created = Vec::new();
+    created_maps(&scope_new, old_v, &mut vec![], &mut created);
+    changed.extend(created);
     for e in es.iter_mut() {
         e.set.retain(|p| get_at(new, p).is_some());
     }
@@ -346,21 +402,44 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
     write_entries(new, es);
 }
 
-/// Recursive apply merge: maps merge, name-keyed lists merge by name, others replace.
-fn merge(dst: &mut Value, src: &Value) {
+/// Paths of the maps in `new` (below the top level, outside `metadata` itself) that `old` does not have.
+fn created_maps(new: &Value, old: &Value, path: &mut Vec<String>, out: &mut Vec<FieldPath>) {
+    let Some(m) = new.as_object() else { return };
+    for (k, v) in m {
+        if !v.is_object() {
+            continue;
+        }
+        path.push(format!("f:{k}"));
+        let top_meta = path.len() == 1 && k == "metadata";
+        if !top_meta && !path.is_empty() && get_at(old, path).is_none() {
+            out.push(path.clone());
+        }
+        created_maps(v, old, path, out);
+        path.pop();
+    }
+}
+
+/// Recursive apply merge: maps merge, keyed lists merge by their keys (see [`list_keys`]), others replace.
+fn merge(dst: &mut Value, src: &Value, schema: Option<&Value>) {
     match (dst.as_object_mut(), src) {
         (Some(d), Value::Object(s)) => {
             for (k, v) in s {
+                let cs = child(schema, k);
                 match d.get_mut(k) {
                     Some(cur) => match (cur, v) {
-                        (c @ Value::Object(_), Value::Object(_)) => merge(c, v),
+                        (c @ Value::Object(_), Value::Object(_)) => merge(c, v, cs),
                         (Value::Array(ca), Value::Array(va))
-                            if (is_named_list(va) || va.is_empty()) && (ca.is_empty() || is_named_list(ca)) =>
+                            if list_keys(cs, va).is_some()
+                                || (va.is_empty() && cs.is_none())
+                                || (va.is_empty() && list_keys(cs, ca).is_some()) =>
                         {
+                            let keys = list_keys(cs, va)
+                                .or_else(|| list_keys(cs, ca))
+                                .unwrap_or_else(|| vec!["name".to_string()]);
+                            let item_schema = cs.and_then(|s| s.get("items"));
                             for item in va {
-                                let name = item.get("name");
-                                match ca.iter_mut().find(|c| c.get("name") == name) {
-                                    Some(c) => merge(c, item),
+                                match ca.iter_mut().find(|c| same_key(c, item, &keys)) {
+                                    Some(c) => merge(c, item, item_schema),
                                     None => ca.push(item.clone()),
                                 }
                             }
@@ -379,6 +458,7 @@ fn merge(dst: &mut Value, src: &Value) {
 
 /// Server-side apply of `applied` onto `old` (None = create). Returns the merged object with
 /// updated managedFields, or a 409 Conflict listing conflicting fields and their managers.
+#[allow(clippy::too_many_arguments)] // the apply request, spelled out
 pub fn apply(
     old: Option<&Value>,
     applied: &Value,
@@ -387,11 +467,12 @@ pub fn apply(
     api_version: &str,
     sub: Option<&str>,
     has_status: bool,
+    schema: Option<&Value>,
 ) -> Result<Value, ApiError> {
     let mut obj = old.cloned().unwrap_or_else(|| json!({}));
     let mut es = entries(&obj);
     let scope = scoped(applied, sub, has_status);
-    let (leaves, nodes) = fields(&scope);
+    let (leaves, nodes) = fields(&scope, schema);
     let all: FieldSet = leaves.union(&nodes).cloned().collect();
     let subr = sub.unwrap_or("");
     let mine = es
@@ -415,11 +496,16 @@ pub fn apply(
         let mut by_mgr: Vec<(String, Vec<String>)> = vec![];
         let mut causes = vec![];
         for (i, p) in &conflicts {
-            let m = format!(
-                "\"{}\" using {}",
-                es[*i].manager,
-                es[*i].raw.get("apiVersion").and_then(Value::as_str).unwrap_or("")
-            );
+            // structured-merge-diff names an applier by its name, an updater with its apiVersion.
+            let m = if es[*i].operation == "Apply" {
+                format!("\"{}\"", es[*i].manager)
+            } else {
+                format!(
+                    "\"{}\" using {}",
+                    es[*i].manager,
+                    es[*i].raw.get("apiVersion").and_then(Value::as_str).unwrap_or("")
+                )
+            };
             causes.push(json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m}"), "field": path_string(p)}));
             match by_mgr.iter_mut().find(|(k, _)| *k == m) {
                 Some((_, v)) => v.push(path_string(p)),
@@ -433,11 +519,7 @@ pub fn apply(
                 .iter()
                 .map(|(m, ps)| {
                     let lines: Vec<String> = ps.iter().map(|p| format!("- {p}")).collect();
-                    if ps.len() == 1 {
-                        format!("conflict with {m}:\n{}", lines.join("\n"))
-                    } else {
-                        format!("conflicts with {m}:\n{}", lines.join("\n"))
-                    }
+                    format!("conflicts with {m}:\n{}", lines.join("\n"))
                 })
                 .collect::<Vec<_>>()
                 .join("\n")
@@ -471,6 +553,18 @@ pub fn apply(
             if !owned_elsewhere && !still_applied {
                 remove_at(&mut obj, p);
                 gone.push(p);
+                // a map left empty by the removal goes too, unless someone owns it or applies it
+                let mut parent = p[..p.len().saturating_sub(1)].to_vec();
+                while !parent.is_empty() {
+                    let empty = get_at(&obj, &parent).is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
+                    let owned = es.iter().enumerate().any(|(i, e)| i != mi && e.set.contains(&parent))
+                        || all.iter().any(|q| q.starts_with(&parent));
+                    if !empty || owned {
+                        break;
+                    }
+                    remove_at(&mut obj, &parent);
+                    parent.pop();
+                }
             }
         }
     }
@@ -487,7 +581,7 @@ pub fn apply(
             meta.retain(|k, _| !META_IGNORED.contains(&k.as_str()) || k == "name");
         }
     }
-    merge(&mut obj, &src);
+    merge(&mut obj, &src, schema);
     if let (Some(o), Some(a)) = (obj.as_object_mut(), applied.as_object()) {
         for k in ["apiVersion", "kind"] {
             if let Some(v) = a.get(k) {
@@ -504,7 +598,28 @@ pub fn apply(
         }
     };
     es[idx].set = all;
-    touch(&mut es[idx], api_version);
+    // structured-merge-diff stamps the applier's entry with a time only when the apply changed the object
+    // (a new co-owner of unchanged fields gets an entry without `time`).
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = crate::util::meta_mut(&mut v) {
+            m.remove("managedFields");
+        }
+        v
+    };
+    // (the field manager compares before the status subresource's rules drop a status sent to the main
+    // resource, so such a status counts as a change here)
+    let status_sent = sub.is_none()
+        && has_status
+        && applied
+            .get("status")
+            .is_some_and(|s| old.and_then(|o| o.get("status")) != Some(s));
+    let changed = status_sent || old.is_none_or(|o| strip(o) != strip(&obj));
+    if changed {
+        touch(&mut es[idx], api_version);
+    } else {
+        es[idx].raw.insert("apiVersion".into(), json!(api_version));
+    }
     write_entries(&mut obj, es);
     Ok(obj)
 }
@@ -516,7 +631,7 @@ mod tests {
     #[test]
     fn fieldsv1_roundtrip() {
         let obj = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"containers": [{"name": "c", "image": "x"}], "replicas": 2}});
-        let (l, n) = fields(&obj);
+        let (l, n) = fields(&obj, None);
         let set: FieldSet = l.union(&n).cloned().collect();
         let enc = encode(&set);
         assert_eq!(
@@ -530,23 +645,23 @@ mod tests {
     fn apply_conflict_force_and_removal() {
         let a1 =
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "1", "b": "2"}});
-        let o = apply(None, &a1, "m1", false, "v1", None, false).unwrap();
+        let o = apply(None, &a1, "m1", false, "v1", None, false, None).unwrap();
         let a2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "9"}});
-        let e = apply(Some(&o), &a2, "m2", false, "v1", None, false).unwrap_err();
+        let e = apply(Some(&o), &a2, "m2", false, "v1", None, false, None).unwrap_err();
         assert_eq!(e.code, 409);
         assert!(e.message.contains("\"m1\""), "{}", e.message);
         assert!(e.message.contains(".data.a"), "{}", e.message);
-        let o2 = apply(Some(&o), &a2, "m2", true, "v1", None, false).unwrap();
+        let o2 = apply(Some(&o), &a2, "m2", true, "v1", None, false, None).unwrap();
         assert_eq!(o2["data"], json!({"a": "9", "b": "2"}));
         // m1 re-applies without b: b removed (a now owned by m2 -> conflict unless same value)
         let a3 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "9"}});
-        let o3 = apply(Some(&o2), &a3, "m1", false, "v1", None, false).unwrap();
+        let o3 = apply(Some(&o2), &a3, "m1", false, "v1", None, false, None).unwrap();
         assert_eq!(o3["data"], json!({"a": "9"}));
         // m1 applies an empty data map: nothing else owned by m1 remains
         let a4 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"z": "1"}});
-        let o4 = apply(Some(&o3), &a4, "m1", false, "v1", None, false).unwrap();
+        let o4 = apply(Some(&o3), &a4, "m1", false, "v1", None, false, None).unwrap();
         let a5 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}});
-        let o5 = apply(Some(&o4), &a5, "m1", false, "v1", None, false).unwrap();
+        let o5 = apply(Some(&o4), &a5, "m1", false, "v1", None, false, None).unwrap();
         assert_eq!(o5["data"], json!({"a": "9"}), "{o5}");
     }
 }
@@ -558,7 +673,7 @@ mod seq_tests {
     }
     #[test]
     fn sequence() {
-        let ap = |o: Option<&Value>, d: Value, m: &str, f: bool| apply(o, &cm(d), m, f, "v1", None, false);
+        let ap = |o: Option<&Value>, d: Value, m: &str, f: bool| apply(o, &cm(d), m, f, "v1", None, false, None);
         let o = ap(None, json!({"a": "1", "b": "2"}), "alice", false).unwrap();
         let o = ap(Some(&o), json!({"b": "2"}), "bob", false).unwrap();
         let o = ap(Some(&o), json!({"a": "9", "b": "2"}), "bob", true).unwrap();
@@ -577,7 +692,7 @@ mod list_tests {
     }
     #[test]
     fn keyed() {
-        let ap = |o: Option<&Value>, c: Value, m: &str| apply(o, &dep(c), m, false, "apps/v1", None, true);
+        let ap = |o: Option<&Value>, c: Value, m: &str| apply(o, &dep(c), m, false, "apps/v1", None, true, None);
         let o = ap(None, json!([{"name": "main", "image": "a:1"}]), "one").unwrap();
         let o = ap(Some(&o), json!([{"name": "side", "image": "s:1"}]), "two").unwrap();
         let o = ap(Some(&o), json!([]), "one").unwrap();

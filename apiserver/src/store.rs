@@ -313,6 +313,12 @@ impl Store {
         Cas::Ok(out)
     }
 
+    /// Drops the whole event history (an etcd compaction at the current revision): resuming from any
+    /// earlier resourceVersion is then 410 Gone.
+    pub fn compact(&self) {
+        self.lock().history.clear();
+    }
+
     /// Events with rv > `since`. `Err(oldest_available)` if the history no longer covers `since`.
     pub fn events_since(&self, since: u64, max: usize) -> Result<Vec<Arc<Event>>, u64> {
         let g = self.lock();

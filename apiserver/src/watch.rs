@@ -72,6 +72,10 @@ impl W {
 
     fn bookmark(&self, initial_end: bool) -> Bytes {
         let mut meta = json!({"resourceVersion": self.cursor.to_string()});
+        if self.st.version == crate::KubeVersion::V1_24 {
+            // 1.24 encoded the empty creationTimestamp of a bookmark's object as null
+            meta["creationTimestamp"] = Value::Null;
+        }
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
@@ -128,7 +132,21 @@ impl W {
                             t.as_str()
                         }
                     };
-                    let l = self.line(typ, &e.object);
+                    // An object that leaves the selector is sent as DELETED with its previous content (at the
+                    // new resourceVersion), as kube-apiserver's watch cache does.
+                    let l = match (typ, e.typ, &e.prev) {
+                        ("DELETED", EventType::Modified, Some(prev)) => {
+                            let mut old = (**prev).clone();
+                            if let (Some(m), Some(rv)) = (
+                                crate::util::meta_mut(&mut old),
+                                e.object.pointer("/metadata/resourceVersion").cloned(),
+                            ) {
+                                m.insert("resourceVersion".into(), rv);
+                            }
+                            self.line(typ, &old)
+                        }
+                        _ => self.line(typ, &e.object),
+                    };
                     self.pending.push_back(l);
                 }
             }
@@ -172,6 +190,17 @@ async fn step(mut w: W) -> Option<(Result<Bytes, Infallible>, W)> {
     }
 }
 
+/// When the first BOOKMARK of a watch is due: like kube-apiserver's watch cache, 2 s before the watch's
+/// deadline when that is still ahead (a client learns a fresh resourceVersion before it must reconnect), or
+/// after the bookmark interval, whichever comes first.
+fn first_bookmark(now: Instant, deadline: Instant, interval: Duration) -> Instant {
+    let periodic = now + interval;
+    match deadline.checked_sub(Duration::from_secs(2)) {
+        Some(before_end) if before_end > now + Duration::from_millis(1500) => before_end.min(periodic),
+        _ => periodic,
+    }
+}
+
 pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
     let (ls, fs) = selectors(&ctx.q)?;
     let timeout = match ctx.q.get("timeoutSeconds").filter(|s| !s.is_empty()) {
@@ -184,6 +213,31 @@ pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
     let rv_param = ctx.q.get("resourceVersion").cloned().unwrap_or_default();
     let send_initial = crate::util::query_bool(&ctx.q, "sendInitialEvents");
     let bookmarks = crate::util::query_bool(&ctx.q, "allowWatchBookmarks");
+    if ctx.st.version == crate::KubeVersion::V1_24 && ctx.q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty()) {
+        // 1.24 has no streaming lists: resourceVersionMatch is refused on a watch
+        let mut causes = vec![crate::schema::Cause {
+            field: "resourceVersionMatch".into(),
+            reason: "FieldValueForbidden",
+            message: "Forbidden: resourceVersionMatch is forbidden for watch".into(),
+        }];
+        if ctx.q.get("resourceVersion").is_none_or(|v| v.is_empty()) {
+            causes.push(crate::schema::Cause {
+                field: "resourceVersionMatch".into(),
+                reason: "FieldValueForbidden",
+                message: "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+            });
+        }
+        let parts: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+        let message = if parts.len() == 1 {
+            format!("ListOptions.meta.k8s.io \"\" is invalid: {}", parts[0])
+        } else {
+            format!("ListOptions.meta.k8s.io \"\" is invalid: [{}]", parts.join(", "))
+        };
+        return Err(ApiError::new(422, "Invalid", message).with_details(json!({
+            "group": "meta.k8s.io", "kind": "ListOptions",
+            "causes": causes.iter().map(crate::schema::Cause::to_json).collect::<Vec<_>>(),
+        })));
+    }
     if send_initial && !bookmarks {
         return Err(ApiError::invalid(
             "meta.k8s.io",
@@ -208,7 +262,7 @@ pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
         shutdown: ctx.st.shutdown.clone(),
         deadline: Instant::now() + timeout,
         bookmarks,
-        next_bookmark: Instant::now() + ctx.st.bookmark_interval,
+        next_bookmark: first_bookmark(Instant::now(), Instant::now() + timeout, ctx.st.bookmark_interval),
         sent: 0,
         done_after_pending: false,
     };
@@ -221,7 +275,9 @@ pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
             .map(|o| w.line("ADDED", o))
             .collect();
         w.pending.extend(lines);
-        if send_initial {
+        // Newer servers end the initial events of any watch that allows bookmarks with the
+        // `k8s.io/initial-events-end` bookmark (1.24 only for streaming lists, which it does not have).
+        if send_initial || (bookmarks && ctx.st.version != crate::KubeVersion::V1_24) {
             let b = w.bookmark(true);
             w.pending.push_back(b);
         }

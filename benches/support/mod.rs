@@ -2,6 +2,8 @@
 //! against a kubeconfig), its peak memory and CPU time, its metrics, and a deadline-bounded wait.
 #![allow(dead_code)]
 
+#[path = "../../tests/common/install.rs"]
+mod shipped;
 pub mod summary;
 
 use btp_api::{names, BtpOperator};
@@ -199,6 +201,9 @@ pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item =
             .await
             .expect("namespace");
     }
+    // The manager's ServiceAccount and RBAC as `deploy/` ships them (the embedded server enforces RBAC for
+    // the manager's user).
+    shipped::manager_identity(client).await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
         .await
@@ -285,7 +290,7 @@ impl Drop for ServerProcess {
 }
 
 /// The user the manager's kubeconfig of [`ServerProcess`] authenticates as.
-pub const MANAGER_USER: &str = "system:serviceaccount:kyma-system:btp-manager";
+pub const MANAGER_USER: &str = "system:serviceaccount:kyma-system:btp-manager-controller-manager";
 
 /// The `serve` example binary next to the binaries of this build, built first if it is not there yet
 /// (`cargo bench` and `cargo test --test X` do not build the examples of other packages).

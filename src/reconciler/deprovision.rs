@@ -31,6 +31,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
             }
             if end.requeue == Requeue::Never {
                 tracing::info!("BtpOperator deprovisioned: finalizer removed");
+                ctx.metrics.cr_state(None);
                 ctx.end_deletion();
             }
             Ok(end.next(&config))

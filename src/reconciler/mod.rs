@@ -51,6 +51,9 @@ pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action
     let started = Instant::now();
     let result = reconcile_once(&cr, &ctx).await;
     ctx.record_result(result.is_ok());
+    if result.is_ok() {
+        ctx.metrics.reconcile_succeeded();
+    }
     let label = result.as_ref().map_or("error", |next| next.result_label());
     ctx.metrics.observe(label, started.elapsed());
     result.map(Next::action)
@@ -73,6 +76,9 @@ async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, Reconci
             .await?;
         return Ok(Next::AWAIT_CHANGE);
     }
+    // What alerts read: the CR's state as it is now (a new leader learns it here; `StatusWriter::set` keeps
+    // it current, and removing the finalizer removes it).
+    ctx.metrics.cr_state(status.state().map(btp_api::State::as_str));
     let action = if cr.meta().deletion_timestamp.is_some() {
         deprovision::run(ctx, cr, &mut status).await?
     } else {

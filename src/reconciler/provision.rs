@@ -184,7 +184,7 @@ pub struct Observation {
 pub async fn observe(ctx: &Context, cluster: &Cluster<'_>) -> Result<Observation, Stop> {
     let config = ctx.config();
     let (credentials, required) = required_credentials(cluster, &config).await?;
-    let before = cluster.observe_drift(&credentials, &required).await?;
+    let before = cluster.observe_drift(&credentials, &required, None).await?;
     Ok(Observation {
         credentials,
         required,
@@ -230,7 +230,13 @@ pub async fn converge(
     // What the drift invalidated (the operand restarts with the new settings); nothing to look at when the
     // credentials namespace and cluster ID did not change.
     if drift::invalidated_by_apply(&credentials, &before.observed) {
-        let after = cluster.observe_drift(&credentials, &required).await?;
+        // The cluster-ID Secret the operand wrote is looked for where it was before the apply: once the
+        // apply created the operand Secret in a new credentials namespace, the operand namespace of a fresh
+        // observation may already be the new one, and the old Secret would stay behind.
+        let old_namespace = drift::operand_namespace(&credentials, &before.observed);
+        let after = cluster
+            .observe_drift(&credentials, &required, Some(&old_namespace))
+            .await?;
         let actions = drift::after_apply(&credentials, &before.observed, &after.observed);
         cluster.carry_out(&required, &actions, &after).await?;
         // The operand pod may have been deleted: read the Deployment as it is now.

@@ -68,6 +68,7 @@ impl<'a> StatusWriter<'a> {
             self.ctx.publish(event, &self.cr.object_ref(&())).await;
             tracing::info!(state = next.state.as_str(), reason = %outcome.reason, detail = %outcome.message, "BtpOperator state changed");
         }
+        self.ctx.metrics.cr_state(Some(next.state.as_str()));
         self.current = Some(next);
         Ok(())
     }

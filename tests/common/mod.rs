@@ -8,6 +8,7 @@
 //! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
+pub mod install;
 pub mod operand;
 
 use btp_api::{names, BtpOperator, State};
@@ -156,6 +157,11 @@ impl Env {
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}})).unwrap();
         ensure(&Api::<Namespace>::all(client.clone()), &ns).await;
+        if server.is_some() && options.manager_user.is_some() {
+            // The embedded server enforces RBAC for every user but its admin: the manager's identity gets
+            // exactly what `deploy/` grants it.
+            install::manager_identity(&client).await;
+        }
         ensure(
             &Api::<CustomResourceDefinition>::all(client.clone()),
             &BtpOperator::crd().unwrap(),
@@ -163,7 +169,14 @@ impl Env {
         .await;
         let real_operand = std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
         if deployments_become_available && !real_operand {
-            btp_apiserver::spawn_deployment_controller(client.clone());
+            if server.is_some() {
+                // Deployments get Pods that run (there is no kubelet), and the operand's Pods start as the
+                // operand does (its cluster-ID Secret).
+                btp_apiserver::spawn_workload_controller(client.clone());
+                operand::spawn_operand_starts(client.clone());
+            } else {
+                btp_apiserver::spawn_deployment_controller(client.clone());
+            }
         }
         let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile);
         let backend = match (server, serial) {

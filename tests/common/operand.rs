@@ -136,3 +136,85 @@ pub fn service_binding(ns: &str, name: &str, secret_name: Option<&str>) -> Dynam
     }))
     .expect("a ServiceBinding")
 }
+
+/// The label that selects the operand's Pods.
+pub const POD_SELECTOR: &str = "app.kubernetes.io/instance=sap-btp-operator";
+
+/// Play what the operand's container does when its Pod starts (no container runs here): it reads its
+/// configuration from the ConfigMap `sap-btp-operator-config` of its namespace (`CLUSTER_ID`,
+/// `RELEASE_NAMESPACE`, as its `envFrom` does), and creates its cluster-ID Secret `sap-btp-operator-clusterid`
+/// (key `INITIAL_CLUSTER_ID`) in the release namespace when there is none. When one exists with another
+/// cluster ID, the operand refuses to start: its Pod's `Ready` condition turns `False` (a crash loop).
+/// Each Pod starts once (by uid), when it is `Running`. Abort the handle to stop it.
+pub fn spawn_operand_starts(client: kube::Client) -> tokio::task::JoinHandle<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::all(client.clone());
+        let config = watcher::Config::default().labels(POD_SELECTOR);
+        let mut events = std::pin::pin!(watcher::watcher(pods, config).default_backoff().applied_objects());
+        let mut started = std::collections::HashSet::new();
+        while let Some(pod) = events.next().await {
+            let Ok(pod) = pod else { continue };
+            let (Some(uid), Some(ns)) = (pod.uid(), pod.namespace()) else {
+                continue;
+            };
+            // A container starts once the kubelet (or its stand-in) runs the Pod.
+            let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            if !running || pod.metadata.deletion_timestamp.is_some() || !started.insert(uid) {
+                continue;
+            }
+            if let Err(e) = start(&client, &ns, &pod.name_any()).await {
+                tracing::debug!(error = %e, "operand stand-in: start");
+            }
+        }
+    })
+}
+
+async fn start(client: &kube::Client, ns: &str, pod: &str) -> Result<(), kube::Error> {
+    use base64::Engine as _;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    let config = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(btp_api::names::operand::CONFIGMAP)
+        .await?
+        .and_then(|c| c.data)
+        .unwrap_or_default();
+    let cluster_id = config.get("CLUSTER_ID").cloned().unwrap_or_default();
+    let release_ns = config
+        .get("RELEASE_NAMESPACE")
+        .cloned()
+        .unwrap_or_else(|| ns.to_string());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &release_ns);
+    let name = btp_api::names::operand::CLUSTER_ID_SECRET;
+    let existing = secrets.get_opt(name).await?;
+    let recorded = existing
+        .as_ref()
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get("INITIAL_CLUSTER_ID"))
+        .map(|v| String::from_utf8_lossy(&v.0).into_owned());
+    match recorded {
+        None if existing.is_none() => {
+            let secret = serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": release_ns},
+                "data": {"INITIAL_CLUSTER_ID": base64::engine::general_purpose::STANDARD.encode(&cluster_id)},
+            });
+            let secret: Secret = serde_json::from_value(secret).map_err(kube::Error::SerdeError)?;
+            match secrets.create(&Default::default(), &secret).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Some(recorded) if !recorded.is_empty() && recorded != cluster_id => {
+            let status = serde_json::json!({"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
+                {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
+            ]}});
+            Api::<Pod>::namespaced(client.clone(), ns)
+                .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .map(|_| ())
+        }
+        _ => Ok(()),
+    }
+}

@@ -93,8 +93,13 @@ pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option
         }
     }
     defaults(&ctx.t, &mut obj)?;
+    drop_unknown_to_version(&ctx.st, &ctx.t, &mut obj);
+    prune_unknown(ctx, &mut obj)?;
+    validate_schema(&ctx.t, &obj)?;
+    validate_match_conditions(&ctx.t, &obj)?;
     if let Some(mgr) = manager {
-        crate::ssa::record_update(None, &mut obj, mgr, &api_version, None);
+        let schema = crd_schema(&ctx.t);
+        crate::ssa::record_update(None, &mut obj, mgr, &api_version, None, schema.as_ref());
     }
     let mut obj = crate::admission::admit(ctx, "CREATE", Some(obj), None)
         .await?
@@ -109,6 +114,9 @@ pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option
         Ok(stored) => {
             ctx.changed = true;
             after_write(&ctx.st, &ctx.gr(), &stored);
+            if def.namespaced {
+                collect_if_dangling(&ctx.st, &ctx.gr(), &stored);
+            }
             Ok(ok_json(StatusCode::CREATED, &present(&ctx.t, &stored)))
         }
         Err(_) => Err(ApiError::already_exists(&def.group, &def.plural, &name)),

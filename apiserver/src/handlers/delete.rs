@@ -35,6 +35,65 @@ pub(crate) fn collect_garbage(st: &State, ns: &str, owner: &Value, orphan: bool)
     }
 }
 
+/// The garbage collector's view of a new dependent: when none of its owners exists (looked up by uid in the
+/// dependent's namespace, or cluster-wide for cluster-scoped owner kinds), it is deleted; an owner found only
+/// in another namespace is reported with a Warning Event `OwnerRefInvalidNamespace`. Owner kinds the server
+/// does not serve are left alone (the real collector cannot resolve them either and keeps retrying).
+pub(crate) fn collect_if_dangling(st: &State, gr: &Gr, obj: &Value) {
+    let refs = obj
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if refs.is_empty() {
+        return;
+    }
+    let (ns, name) = obj_key(obj);
+    let mut all_missing = true;
+    let mut wrong_ns = Vec::new();
+    for r in &refs {
+        let api_version = r.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = r.get("kind").and_then(Value::as_str).unwrap_or("");
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let Some(def) = st.registry.by_kind(group, version, kind) else {
+            return; // unresolvable owner kind: leave it
+        };
+        let owner_ns = if def.namespaced { ns.as_str() } else { "" };
+        let oname = r.get("name").and_then(Value::as_str).unwrap_or("");
+        let uid = r.get("uid").and_then(Value::as_str).unwrap_or("");
+        let found = st.store.get(&def.key(), owner_ns, oname);
+        if found.as_ref().is_some_and(|o| meta_str(o, "uid") == Some(uid)) {
+            all_missing = false;
+        } else if def.namespaced {
+            let (items, _) = st.store.list(&def.key(), None);
+            if items.iter().any(|o| meta_str(o, "uid") == Some(uid)) {
+                wrong_ns.push(format!(
+                    "ownerRef [{api_version}/{kind}, namespace: {ns}, name: {oname}, uid: {uid}] does not exist in namespace {ns:?}"
+                ));
+            }
+        }
+    }
+    if !all_missing {
+        return;
+    }
+    for message in wrong_ns {
+        let now = now_rfc3339();
+        let ev_name = format!("{name}.{}", crate::util::name_suffix());
+        let event = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": ev_name, "namespace": ns, "uid": crate::util::new_uid(), "creationTimestamp": now},
+            "involvedObject": {"kind": obj.get("kind").cloned().unwrap_or(Value::Null), "namespace": ns, "name": name,
+                "uid": meta_str(obj, "uid").unwrap_or(""), "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null)},
+            "reason": "OwnerRefInvalidNamespace", "message": message,
+            "source": {"component": "garbage-collector-controller"},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1, "type": "Warning",
+            "eventTime": null, "reportingComponent": "garbage-collector-controller", "reportingInstance": "",
+        });
+        let _ = st.store.create(&(String::new(), "events".into()), &ns, &ev_name, event);
+    }
+    internal_delete(st, gr, &ns, &name);
+}
+
 /// Hooks after an object is really gone.
 pub(crate) fn after_remove(st: &State, gr: &Gr, ns: &str, obj: &Value) {
     after_remove_opts(st, gr, ns, obj, false)
@@ -73,6 +132,10 @@ pub(crate) fn mark_deleting(obj: &Value) -> Value {
     if let Some(m) = meta_mut(&mut o) {
         m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
         m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        // as `rest.BeforeDelete`: an object with a generation gets a new one when marked for deletion
+        if let Some(g) = m.get("generation").and_then(Value::as_i64).filter(|g| *g > 0) {
+            m.insert("generation".into(), json!(g + 1));
+        }
     }
     o
 }
@@ -134,6 +197,85 @@ pub(crate) fn terminate_namespace(st: &State, name: &str) {
         }
     }
     maybe_finish_namespace(st, name);
+    report_remaining_content(st, name);
+}
+
+/// What the namespace controller writes into a Terminating namespace whose content is held by finalizers:
+/// its five `NamespaceDeletion*` / `Namespace*Remaining` conditions.
+fn report_remaining_content(st: &State, name: &str) {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut finalizers: std::collections::BTreeMap<String, usize> = Default::default();
+    for gr in st.store.resources_in_namespace(name) {
+        let (items, _) = st.store.list(&gr, Some(name));
+        if items.is_empty() {
+            continue;
+        }
+        *counts.entry(format!("{}.{}", gr.1, gr.0)).or_default() += items.len();
+        for o in &items {
+            for f in finalizers_of(o) {
+                *finalizers.entry(f).or_default() += 1;
+            }
+        }
+    }
+    if counts.is_empty() {
+        return;
+    }
+    let now = now_rfc3339();
+    let cond = |t: &str, status: &str, reason: &str, message: String| json!({"type": t, "status": status, "lastTransitionTime": now, "reason": reason, "message": message});
+    let resources = counts
+        .iter()
+        .map(|(r, n)| format!("{r} has {n} resource instances"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut conditions = vec![
+        cond(
+            "NamespaceDeletionDiscoveryFailure",
+            "False",
+            "ResourcesDiscovered",
+            "All resources successfully discovered".into(),
+        ),
+        cond(
+            "NamespaceDeletionGroupVersionParsingFailure",
+            "False",
+            "ParsedGroupVersions",
+            "All legacy kube types successfully parsed".into(),
+        ),
+        cond(
+            "NamespaceDeletionContentFailure",
+            "False",
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization".into(),
+        ),
+        cond(
+            "NamespaceContentRemaining",
+            "True",
+            "SomeResourcesRemain",
+            format!("Some resources are remaining: {resources}"),
+        ),
+    ];
+    if !finalizers.is_empty() {
+        let fins = finalizers
+            .iter()
+            .map(|(f, n)| format!("{f} in {n} resource instances"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        conditions.push(cond(
+            "NamespaceFinalizersRemaining",
+            "True",
+            "SomeFinalizersRemain",
+            format!("Some content in the namespace has finalizers remaining: {fins}"),
+        ));
+    }
+    for _ in 0..MAX_RETRIES {
+        let Some(nso) = st.store.get(&ns_gr(), "", name) else {
+            return;
+        };
+        let mut n = (*nso).clone();
+        n["status"]["conditions"] = Value::Array(conditions.clone());
+        if let Cas::Ok(_) = st.store.replace(&ns_gr(), "", name, rv_of(&nso), n) {
+            return;
+        }
+    }
 }
 
 /// Creates a namespace directly in the store (server start).
@@ -156,12 +298,21 @@ pub(crate) struct DeleteOpts {
     rv: Option<String>,
     dry_run: bool,
     orphan: bool,
+    /// `propagationPolicy` was given explicitly as Orphan or Foreground: the owner is first marked with the
+    /// `orphan` / `foregroundDeletion` finalizer (and answered as such), then the garbage collector's work
+    /// is done and it goes.
+    gc_finalizer: Option<&'static str>,
 }
 
 pub(crate) fn delete_opts(ctx: &Ctx) -> ApiResult<DeleteOpts> {
     let mut o = DeleteOpts {
         dry_run: ctx.dry_run(),
         orphan: ctx.q.get("propagationPolicy").is_some_and(|p| p == "Orphan") || query_bool(&ctx.q, "orphanDependents"),
+        gc_finalizer: match ctx.q.get("propagationPolicy").map(String::as_str) {
+            Some("Orphan") => Some("orphan"),
+            Some("Foreground") => Some("foregroundDeletion"),
+            _ => None,
+        },
         ..Default::default()
     };
     if !ctx.body.is_empty() {
@@ -180,6 +331,11 @@ pub(crate) fn delete_opts(ctx: &Ctx) -> ApiResult<DeleteOpts> {
         }
         if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
             o.orphan = p == "Orphan";
+            o.gc_finalizer = match p {
+                "Orphan" => Some("orphan"),
+                "Foreground" => Some("foregroundDeletion"),
+                _ => None,
+            };
             if !matches!(p, "Orphan" | "Background" | "Foreground") {
                 return Err(ApiError::invalid(
                     "",
@@ -212,9 +368,9 @@ pub(crate) async fn delete_one(ctx: &mut Ctx, name: &str, opts: &DeleteOpts) -> 
             if u != actual {
                 return Err(ApiError::conflict(
                     &g,
-                    &p,
+                    &ctx.t.def.kind,
                     name,
-                    &format!("Precondition failed: UID in precondition: {u}, UID in object meta: {actual}"),
+                    &format!("the UID in the precondition ({u}) does not match the UID in record ({actual}). The object might have been deleted and then recreated"),
                 ));
             }
         }
@@ -223,9 +379,9 @@ pub(crate) async fn delete_one(ctx: &mut Ctx, name: &str, opts: &DeleteOpts) -> 
             if *r != actual {
                 return Err(ApiError::conflict(
                     &g,
-                    &p,
+                    &ctx.t.def.kind,
                     name,
-                    &format!("Precondition failed: ResourceVersion in precondition: {r}, ResourceVersion in object meta: {actual}"),
+                    &format!("the ResourceVersion in the precondition ({r}) does not match the ResourceVersion in record ({actual}). The object might have been modified"),
                 ));
             }
         }
@@ -249,6 +405,21 @@ pub(crate) async fn delete_one(ctx: &mut Ctx, name: &str, opts: &DeleteOpts) -> 
                 ctx.changed = true;
                 return Ok((*o).clone());
             }
+        } else if let Some(fin) = opts.gc_finalizer {
+            let mut marked = mark_deleting(&old);
+            if let Some(m) = meta_mut(&mut marked) {
+                m.insert("finalizers".into(), json!([fin]));
+            }
+            if let Cas::Ok(o) = ctx.st.store.replace(&gr, &ns, name, rv_of(&old), marked) {
+                ctx.changed = true;
+                // the garbage collector: dependents deleted (foreground) or unlinked (orphan), then the owner
+                // loses the finalizer and goes
+                collect_garbage(&ctx.st, &ns, &o, opts.orphan);
+                if let Cas::Ok(gone) = ctx.st.store.remove(&gr, &ns, name, rv_of(&o)) {
+                    after_remove_opts(&ctx.st, &gr, &ns, &gone, opts.orphan);
+                }
+                return Ok((*o).clone());
+            }
         } else if let Cas::Ok(o) = ctx.st.store.remove(&gr, &ns, name, rv_of(&old)) {
             ctx.changed = true;
             after_remove_opts(&ctx.st, &gr, &ns, &o, opts.orphan);
@@ -266,7 +437,9 @@ pub(crate) async fn delete(ctx: &mut Ctx) -> ApiResult<Response> {
     let opts = delete_opts(ctx)?;
     let out = delete_one(ctx, &name, &opts).await?;
     let still_there = ctx.st.store.get(&ctx.gr(), ctx.t.ns(), &name).is_some();
-    if still_there || opts.dry_run || ctx.t.gr() == ns_gr() {
+    let would_stay = opts.dry_run && !finalizers_of(&out).is_empty();
+    let marked = opts.gc_finalizer.is_some() && meta_str(&out, "deletionTimestamp").is_some();
+    if (still_there && !opts.dry_run) || would_stay || marked || ctx.t.gr() == ns_gr() {
         return Ok(ok_json(StatusCode::OK, &present(&ctx.t, &out)));
     }
     // like the real server: an immediate deletion answers with a Success Status

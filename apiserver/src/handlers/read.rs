@@ -81,7 +81,12 @@ pub(crate) fn list(ctx: &mut Ctx) -> ApiResult<Response> {
     let mut meta = json!({ "resourceVersion": list_rv.to_string() });
     if let Some(n) = next {
         meta["continue"] = json!(n);
-        meta["remainingItemCount"] = json!(remaining);
+        // kube-apiserver counts the rest only when no selector filters it.
+        if ctx.q.get("labelSelector").is_none_or(|s| s.is_empty())
+            && ctx.q.get("fieldSelector").is_none_or(|s| s.is_empty())
+        {
+            meta["remainingItemCount"] = json!(remaining);
+        }
     }
     if wants_table(&ctx.headers) {
         let cols = table_columns(&ctx.t);

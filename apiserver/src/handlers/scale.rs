@@ -75,7 +75,7 @@ pub(crate) async fn scale(ctx: &mut Ctx, verb: &str) -> ApiResult<Response> {
             .ok_or_else(|| ApiError::invalid("autoscaling", "Scale", &name, "spec.replicas", "Required value"))?;
         let mut body = (*old).clone();
         body["spec"]["replicas"] = json!(replicas);
-        let new = prepare_update(&main, &old, body, Some(&manager))?;
+        let new = prepare_update(&ctx.st, &main, &old, body, Some(&manager))?;
         if let Some(out) = commit_update(ctx, old, new).await? {
             return Ok(ok_json(StatusCode::OK, &scale_of(&out)));
         }

@@ -2,6 +2,7 @@
 
 mod admission;
 mod common;
+mod corpus;
 mod crud;
 mod discovery;
 mod faults;

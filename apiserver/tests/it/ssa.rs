@@ -89,7 +89,8 @@ async fn apply_create_conflict_force_and_removal() {
         None,
     )
     .await;
-    assert_eq!(code, 400, "{body}");
+    // as kube-apiserver: 422 PatchOptions "fieldManager: Required value"
+    assert_eq!(code, 422, "{body}");
     // YAML body
     let (code, _, body) = raw(
         &srv,

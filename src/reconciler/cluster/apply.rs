@@ -5,6 +5,7 @@
 use super::{ignoring_not_found, retrying, Cluster};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::error::{api_err, ApiError};
+use crate::reconciler::metrics::Certificate;
 use crate::reconciler::network_policies;
 use crate::reconciler::resources::{self, ModuleResources};
 use crate::reconciler::waves;
@@ -309,6 +310,21 @@ impl Cluster<'_> {
             tracing::info!(%decision, "regenerating the operand's {what}");
             event = Some(Regenerated { what, decision });
         }
+        // Their expiry, for alerts: what the Secrets hold once this pass has written them.
+        let expiry = self.ctx.metrics.certificates();
+        let stored = |data: &Option<BTreeMap<String, Vec<u8>>>, key: &str| {
+            data.as_ref().and_then(|d| d.get(key)).cloned().unwrap_or_default()
+        };
+        let ca_pem = regenerated.as_ref().map_or_else(
+            || stored(&ca, operand::keys::CA_CRT),
+            |c| c.ca.cert_pem.clone().into_bytes(),
+        );
+        let leaf_pem = regenerated.as_ref().map_or_else(
+            || stored(&webhook, operand::keys::TLS_CRT),
+            |c| c.webhook.cert_pem.clone().into_bytes(),
+        );
+        expiry.observe_pem(Certificate::OperandCa, &ca_pem);
+        expiry.observe_pem(Certificate::OperandLeaf, &leaf_pem);
         Ok(OperandCertificates {
             secrets,
             ca_bundle: operand::ca_bundle(ca.as_ref(), regenerated.as_ref()),

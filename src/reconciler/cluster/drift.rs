@@ -50,11 +50,14 @@ impl Cluster<'_> {
         Ok(secrets.items.into_iter().filter_map(|s| s.metadata.namespace).collect())
     }
 
-    /// Read what credentials drift needs.
+    /// Read what credentials drift needs. The cluster-ID Secret is read in `clusterid_namespace` when given
+    /// (after the apply: the namespace the observation before it chose, see `drift::after_apply`), else in
+    /// [`drift::operand_namespace`] of what this observation sees.
     pub async fn observe_drift(
         &self,
         credentials: &Credentials,
         required_annotations: &BTreeMap<String, String>,
+        clusterid_namespace: Option<&str>,
     ) -> Result<DriftObservation, Stop> {
         let operand_secret_namespaces = self
             .operand_secret_namespaces()
@@ -65,14 +68,16 @@ impl Cluster<'_> {
             .cloned();
         // Where the cluster-ID Secret is depends on what is known by now, not on the other two reads: the
         // three go side by side (a failure is reported in the order below, whichever answered first).
-        let namespace = drift::operand_namespace(
-            credentials,
-            &drift::Observed {
-                operand_secret_namespaces: operand_secret_namespaces.clone(),
-                previous_credentials_namespace: previous_credentials_namespace.clone(),
-                ..Default::default()
-            },
-        );
+        let namespace = clusterid_namespace.map(str::to_string).unwrap_or_else(|| {
+            drift::operand_namespace(
+                credentials,
+                &drift::Observed {
+                    operand_secret_namespaces: operand_secret_namespaces.clone(),
+                    previous_credentials_namespace: previous_credentials_namespace.clone(),
+                    ..Default::default()
+                },
+            )
+        });
         let configmaps = Api::<ConfigMap>::namespaced(self.client(), &self.config.chart_namespace);
         let secrets = Api::<Secret>::namespaced(self.client(), &namespace);
         let selector = format!("{}={}", drift::OPERAND_POD_LABEL, drift::OPERAND_POD_LABEL_VALUE);

@@ -1,0 +1,471 @@
+//! The checks of `btp-manager doctor` as pure decisions over what was observed (`observe.rs` reads it). Each
+//! returns a [`Check`] whose message names what was found and whose fix says what to do.
+
+use super::report::Check;
+use btp_api::{Reason, State};
+use std::time::{Duration, SystemTime};
+
+/// Certificates closer to expiry than this are a warning (the alerts' threshold, `deploy/monitoring/`).
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// The API server's version against the supported range (1.24 and later; full function from 1.28).
+pub fn version(major: &str, minor: &str, git_version: &str) -> Check {
+    let minor_number: Option<u32> = minor.trim_end_matches('+').parse().ok();
+    match (major, minor_number) {
+        ("1", Some(m)) if m >= 28 => Check::pass("version", format!("Kubernetes {git_version}: supported")),
+        ("1", Some(m)) if m >= 24 => Check::warn(
+            "version",
+            format!(
+                "Kubernetes {git_version}: supported without webhook matchConditions (from 1.28): every Secret \
+                 write in kyma-system reaches the Secret webhooks, which let all but sap-btp-manager through"
+            ),
+            "nothing is needed; upgrade to Kubernetes 1.28 or later for full function",
+        ),
+        _ => Check::fail(
+            "version",
+            format!("Kubernetes {git_version}: not supported (1.24 or later is)"),
+            "upgrade the cluster to Kubernetes 1.24 or later",
+        ),
+    }
+}
+
+/// The BtpOperator CRD: present, and with this binary's schema.
+pub fn crd(found: Option<&serde_json::Value>, expected: &serde_json::Value) -> Check {
+    const FIX: &str = "kubectl apply -k deploy/ (from this release)";
+    let Some(found) = found else {
+        return Check::fail(
+            "crd",
+            "CustomResourceDefinition btpoperators.operator.kyma-project.io is missing",
+            FIX,
+        );
+    };
+    let schemas = |crd: &serde_json::Value| -> Vec<(serde_json::Value, serde_json::Value)> {
+        crd["spec"]["versions"]
+            .as_array()
+            .map(|vs| vs.iter().map(|v| (v["name"].clone(), v["schema"].clone())).collect())
+            .unwrap_or_default()
+    };
+    if found["spec"]["group"] != expected["spec"]["group"]
+        || found["spec"]["names"]["kind"] != expected["spec"]["names"]["kind"]
+        || found["spec"]["scope"] != expected["spec"]["scope"]
+        || schemas(found) != schemas(expected)
+    {
+        return Check::fail(
+            "crd",
+            "CustomResourceDefinition btpoperators.operator.kyma-project.io differs from this binary's",
+            FIX,
+        );
+    }
+    Check::pass(
+        "crd",
+        "btpoperators.operator.kyma-project.io matches this binary's schema",
+    )
+}
+
+/// One permission the manager needs, as a SubjectAccessReview asks it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Permission {
+    /// The verb.
+    pub verb: String,
+    /// The API group (empty: core).
+    pub group: String,
+    /// The resource (`res` or `res/sub`).
+    pub resource: String,
+    /// The namespace (empty: cluster-wide).
+    pub namespace: String,
+    /// Where `deploy/rbac.yaml` grants it (Role or ClusterRole).
+    pub granted_by: String,
+}
+
+impl std::fmt::Display for Permission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() { "\"\"" } else { &self.group };
+        write!(f, "{} {} (group {group})", self.verb, self.resource)?;
+        if !self.namespace.is_empty() {
+            write!(f, " in {}", self.namespace)?;
+        }
+        Ok(())
+    }
+}
+
+/// RBAC: every permission the manager needs (the rules of `deploy/rbac.yaml`) is granted to its ServiceAccount.
+pub fn rbac(user: &str, checked: usize, denied: &[Permission]) -> Check {
+    if denied.is_empty() {
+        return Check::pass(
+            "rbac",
+            format!("{user} holds all {checked} permissions of deploy/rbac.yaml"),
+        );
+    }
+    let list: Vec<String> = denied.iter().map(|p| format!("{p} [{}]", p.granted_by)).collect();
+    Check::fail(
+        "rbac",
+        format!(
+            "{user} lacks {} of {checked} permissions: {}",
+            denied.len(),
+            list.join("; ")
+        ),
+        format!(
+            "add each verb to the rule named in brackets, as deploy/rbac.yaml has it: kubectl apply -k deploy/ \
+             (from this release); check with kubectl auth can-i {} --as={user}",
+            denied[0].verb_and_resource()
+        ),
+    )
+}
+
+impl Permission {
+    fn verb_and_resource(&self) -> String {
+        let resource = if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        };
+        let ns = if self.namespace.is_empty() {
+            String::new()
+        } else {
+            format!(" -n {}", self.namespace)
+        };
+        format!("{} {resource}{ns}", self.verb)
+    }
+}
+
+/// The manager's Deployment: every replica ready.
+pub fn deployment(name: &str, found: bool, desired: i32, ready: i32) -> Check {
+    if !found {
+        return Check::fail(
+            "deployment",
+            format!("Deployment {name} is missing"),
+            "kubectl apply -k deploy/",
+        );
+    }
+    if ready == 0 {
+        return Check::fail(
+            "deployment",
+            format!("Deployment {name}: no replica ready (of {desired})"),
+            format!("kubectl describe deployment {name} -n kyma-system; kubectl logs deployment/{name} -n kyma-system"),
+        );
+    }
+    if ready < desired {
+        return Check::warn(
+            "deployment",
+            format!("Deployment {name}: {ready} of {desired} replicas ready"),
+            format!("kubectl describe deployment {name} -n kyma-system"),
+        );
+    }
+    Check::pass(
+        "deployment",
+        format!("Deployment {name}: {ready}/{desired} replicas ready"),
+    )
+}
+
+/// The leader-election Lease: held, and renewed within its duration.
+pub fn lease(holder: Option<&str>, renewed: Option<SystemTime>, duration: Duration, now: SystemTime) -> Check {
+    const FIX: &str = "look at the manager's pods and logs; a leader that died is replaced once its Lease expires";
+    let Some(holder) = holder.filter(|h| !h.is_empty()) else {
+        return Check::fail("leader", "no replica holds the Lease: nothing reconciles", FIX);
+    };
+    let age = renewed.and_then(|r| now.duration_since(r).ok()).unwrap_or_default();
+    if renewed.is_none() || age > duration {
+        return Check::fail(
+            "leader",
+            format!(
+                "{holder} holds the Lease but last renewed it {}s ago (it lasts {}s)",
+                age.as_secs(),
+                duration.as_secs()
+            ),
+            FIX,
+        );
+    }
+    Check::pass("leader", format!("{holder} leads (renewed {}s ago)", age.as_secs()))
+}
+
+/// A certificate's expiry: expired is a failure, within [`EXPIRY_WARNING`] a warning.
+pub fn expiry(name: &str, what: &str, not_after: Option<SystemTime>, now: SystemTime, fix: &str) -> Check {
+    let Some(not_after) = not_after else {
+        return Check::fail(name, format!("{what}: none, or not a certificate"), fix);
+    };
+    match not_after.duration_since(now) {
+        Err(_) => Check::fail(name, format!("{what} has expired"), fix),
+        Ok(left) if left < EXPIRY_WARNING => {
+            Check::warn(name, format!("{what} expires in {} days", left.as_secs() / 86_400), fix)
+        }
+        Ok(left) => Check::pass(name, format!("{what} valid for {} more days", left.as_secs() / 86_400)),
+    }
+}
+
+/// The caBundles of webhook configurations against the serving certificate: each must hold a CA that signed it
+/// (what the API server checks when it calls the webhook).
+pub fn ca_bundles(name: &str, what: &str, bundles: &[(String, Vec<u8>)], leaf_pem: Option<&[u8]>, fix: &str) -> Check {
+    let Some(leaf_pem) = leaf_pem else {
+        return Check::fail(name, format!("{what}: the serving certificate is missing"), fix);
+    };
+    if bundles.is_empty() {
+        return Check::fail(name, format!("{what}: no webhook configuration found"), fix);
+    }
+    let bad: Vec<&str> = bundles
+        .iter()
+        .filter(|(_, bundle)| !trusts(bundle, leaf_pem))
+        .map(|(webhook, _)| webhook.as_str())
+        .collect();
+    if bad.is_empty() {
+        Check::pass(
+            name,
+            format!(
+                "{what}: every caBundle trusts the serving certificate ({} webhooks)",
+                bundles.len()
+            ),
+        )
+    } else {
+        Check::fail(
+            name,
+            format!(
+                "{what}: caBundle empty, unparsable or not trusting the serving certificate in {}",
+                bad.join(", ")
+            ),
+            fix,
+        )
+    }
+}
+
+/// Whether one of the certificates of the PEM `bundle` signed `leaf_pem`.
+pub fn trusts(bundle: &[u8], leaf_pem: &[u8]) -> bool {
+    const END: &str = "-----END CERTIFICATE-----";
+    let text = String::from_utf8_lossy(bundle);
+    text.split_inclusive(END)
+        .filter(|block| block.contains("-----BEGIN CERTIFICATE-----"))
+        .any(|block| btp_certs::verify_signed_by(leaf_pem, block.as_bytes()).is_ok())
+}
+
+/// What a server-side dry-run create of a misnamed BtpOperator came back with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DryRun {
+    /// Created (nothing refused it).
+    Allowed,
+    /// Refused, with the API server's message.
+    Refused(u16, String),
+}
+
+/// Admission end to end: the misnamed BtpOperator is refused by our validating webhook, not by anything else.
+pub fn admission(result: &DryRun) -> Check {
+    const WEBHOOK: &str = "vbtpoperator.operator.kyma-project.io";
+    match result {
+        DryRun::Refused(_, message) if message.contains(&format!("admission webhook \"{WEBHOOK}\" denied")) => {
+            Check::pass("admission", "a misnamed BtpOperator is refused by the validating webhook (dry run)")
+        }
+        DryRun::Refused(_, message) if message.contains("failed calling webhook") => Check::fail(
+            "admission",
+            format!("the API server cannot call the webhooks: {message}"),
+            "check the manager's pods and the Service btp-manager-webhook-service; see docs/troubleshooting.md#the-webhook-is-unreachable",
+        ),
+        DryRun::Refused(code, message) => Check::fail(
+            "admission",
+            format!("the dry-run create was refused by something else ({code}): {message}"),
+            "read the message: RBAC of the user running doctor, or another admission webhook or policy",
+        ),
+        DryRun::Allowed => Check::fail(
+            "admission",
+            "a misnamed BtpOperator would be accepted: the validating webhook is not registered or not called",
+            "kubectl apply -k deploy/; the manager registers its caBundle at start",
+        ),
+    }
+}
+
+/// The BtpOperator's state and reason, with what the status-reasons table says to do.
+pub fn cr(found: Option<(Option<State>, Option<&str>, Option<&str>)>) -> Check {
+    let Some((state, reason, message)) = found else {
+        return Check::warn(
+            "btpoperator",
+            "kyma-system/btpoperator does not exist: nothing is installed",
+            "create it once the credentials Secret exists (docs/install.md)",
+        );
+    };
+    let reason_text = reason.unwrap_or("no reason yet");
+    let message = message.unwrap_or("");
+    let todo = Reason::ALL
+        .into_iter()
+        .find(|r| Some(r.as_str()) == reason)
+        .map(|r| r.what_to_do().to_string())
+        .unwrap_or_else(|| "see docs/status-reasons.md".into());
+    let summary = match state {
+        Some(s) => format!("{} / {reason_text}: {message}", s.as_str()),
+        None => format!("no state yet / {reason_text}"),
+    };
+    match state {
+        Some(State::Ready) => Check::pass("btpoperator", summary),
+        Some(State::Error) => Check::fail("btpoperator", summary, todo),
+        _ => Check::warn("btpoperator", summary, todo),
+    }
+}
+
+/// The credentials Secret: present, labelled, with every key (its values are never read into the report).
+pub fn secret(found: bool, labelled: bool, missing_keys: &[&str]) -> Check {
+    if !found {
+        return Check::fail(
+            "secret",
+            "Secret kyma-system/sap-btp-manager is missing",
+            "create it with clientid, clientsecret, sm_url, tokenurl and cluster_id (docs/install.md)",
+        );
+    }
+    if !missing_keys.is_empty() {
+        return Check::fail(
+            "secret",
+            format!(
+                "Secret kyma-system/sap-btp-manager lacks or has empty: {}",
+                missing_keys.join(", ")
+            ),
+            "add the keys (values are not shown here)",
+        );
+    }
+    if !labelled {
+        return Check::fail(
+            "secret",
+            "Secret kyma-system/sap-btp-manager has no label app.kubernetes.io/managed-by=kcp-kyma-environment-broker: the manager ignores it",
+            "kubectl label secret sap-btp-manager -n kyma-system app.kubernetes.io/managed-by=kcp-kyma-environment-broker",
+        );
+    }
+    Check::pass(
+        "secret",
+        "Secret kyma-system/sap-btp-manager is labelled and has every key",
+    )
+}
+
+/// The operand's Deployment (only once the BtpOperator asked for it).
+pub fn operand(found: bool, available: bool) -> Check {
+    match (found, available) {
+        (true, true) => Check::pass("operand", "Deployment sap-btp-operator-controller-manager is available"),
+        (true, false) => Check::warn(
+            "operand",
+            "Deployment sap-btp-operator-controller-manager is not available",
+            "kubectl describe deployment sap-btp-operator-controller-manager -n kyma-system",
+        ),
+        (false, _) => Check::fail(
+            "operand",
+            "Deployment sap-btp-operator-controller-manager is missing",
+            "the manager installs it while kyma-system/btpoperator exists: see the btpoperator check",
+        ),
+    }
+}
+
+/// The operand's network policies: present, or disabled by the CR's annotation.
+pub fn network_policies(found: usize, expected: usize, disabled: bool) -> Check {
+    match (disabled, found >= expected) {
+        (true, _) => Check::pass("netpol", "network policies disabled by the BtpOperator's annotation"),
+        (false, true) => Check::pass("netpol", format!("{found} network policies present")),
+        (false, false) => Check::warn(
+            "netpol",
+            format!("{found} of {expected} network policies present"),
+            "kubectl annotate btpoperator btpoperator -n kyma-system operator.kyma-project.io/operation=reconcile",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::report::Verdict;
+    use super::*;
+
+    #[test]
+    fn versions() {
+        assert_eq!(version("1", "36", "v1.36.2").verdict, Verdict::Pass);
+        assert_eq!(version("1", "28+", "v1.28.3").verdict, Verdict::Pass);
+        let old = version("1", "24", "v1.24.0");
+        assert_eq!(old.verdict, Verdict::Warn);
+        assert!(old.message.contains("matchConditions"));
+        assert_eq!(version("1", "23", "v1.23.0").verdict, Verdict::Fail);
+        assert_eq!(version("2", "x", "?").verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn a_missing_permission_is_named_with_its_rule() {
+        let p = Permission {
+            verb: "create".into(),
+            group: "apiextensions.k8s.io".into(),
+            resource: "customresourcedefinitions".into(),
+            namespace: String::new(),
+            granted_by: "ClusterRole btp-manager-manager-role".into(),
+        };
+        let c = rbac("system:serviceaccount:kyma-system:sa", 80, &[p]);
+        assert_eq!(c.verdict, Verdict::Fail);
+        assert!(
+            c.message.contains(
+                "create customresourcedefinitions (group apiextensions.k8s.io) [ClusterRole btp-manager-manager-role]"
+            ),
+            "{}",
+            c.message
+        );
+        assert!(c
+            .fix
+            .unwrap()
+            .contains("kubectl auth can-i create customresourcedefinitions.apiextensions.k8s.io"));
+        assert_eq!(rbac("u", 80, &[]).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn leases_and_expiry() {
+        let now = SystemTime::now();
+        let d = Duration::from_secs(15);
+        assert_eq!(
+            lease(Some("a"), Some(now - Duration::from_secs(3)), d, now).verdict,
+            Verdict::Pass
+        );
+        assert_eq!(
+            lease(Some("a"), Some(now - Duration::from_secs(60)), d, now).verdict,
+            Verdict::Fail
+        );
+        assert_eq!(lease(None, None, d, now).verdict, Verdict::Fail);
+        assert_eq!(lease(Some(""), Some(now), d, now).verdict, Verdict::Fail);
+        let day = Duration::from_secs(86_400);
+        assert_eq!(expiry("c", "x", Some(now + 100 * day), now, "f").verdict, Verdict::Pass);
+        assert_eq!(expiry("c", "x", Some(now + 3 * day), now, "f").verdict, Verdict::Warn);
+        let expired = expiry("c", "x", Some(now - day), now, "f");
+        assert_eq!(expired.verdict, Verdict::Fail);
+        assert!(expired.message.contains("expired"));
+        assert_eq!(expiry("c", "x", None, now, "f").verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn admission_must_be_refused_by_our_webhook() {
+        let ours = DryRun::Refused(
+            403,
+            "admission webhook \"vbtpoperator.operator.kyma-project.io\" denied the request: BtpOperator must be named"
+                .into(),
+        );
+        assert_eq!(admission(&ours).verdict, Verdict::Pass);
+        assert_eq!(admission(&DryRun::Allowed).verdict, Verdict::Fail);
+        let unreachable = admission(&DryRun::Refused(
+            500,
+            "failed calling webhook \"vbtpoperator...\": connection refused".into(),
+        ));
+        assert_eq!(unreachable.verdict, Verdict::Fail);
+        assert!(unreachable.message.contains("cannot call"));
+        assert_eq!(
+            admission(&DryRun::Refused(403, "forbidden: User cannot create".into())).verdict,
+            Verdict::Fail
+        );
+    }
+
+    #[test]
+    fn the_cr_state_maps_to_a_verdict_with_the_reason_table_action() {
+        assert_eq!(
+            cr(Some((Some(State::Ready), Some("ReconcileSucceeded"), Some("ok")))).verdict,
+            Verdict::Pass
+        );
+        let error = cr(Some((
+            Some(State::Error),
+            Some("InvalidSecret"),
+            Some("missing keys: clientid"),
+        )));
+        assert_eq!(error.verdict, Verdict::Fail);
+        assert_eq!(error.fix.as_deref(), Some(Reason::InvalidSecret.what_to_do()));
+        assert_eq!(cr(None).verdict, Verdict::Warn);
+    }
+
+    #[test]
+    fn the_secret_is_judged_without_its_values() {
+        assert_eq!(secret(true, true, &[]).verdict, Verdict::Pass);
+        let unlabelled = secret(true, false, &[]);
+        assert_eq!(unlabelled.verdict, Verdict::Fail);
+        assert!(unlabelled.fix.unwrap().starts_with("kubectl label secret"));
+        assert!(secret(true, true, &["clientid"]).message.contains("clientid"));
+        assert_eq!(secret(false, false, &[]).verdict, Verdict::Fail);
+    }
+}

@@ -1,0 +1,310 @@
+//! `btp-manager doctor` against the embedded API server, with RBAC enforced: a cluster installed as `deploy/`
+//! ships it, with the manager running (as `run --leader-elect` does, authenticated as its ServiceAccount),
+//! passes clean; each problem induced (a missing grant, an unlabelled Secret, no leader, a wiped caBundle, an
+//! expired certificate, an old Kubernetes) is reported on its line with what to do; and doctor writes nothing
+//! (its only non-read requests are SubjectAccessReviews and a dry-run create).
+
+mod common;
+
+use btp_api::{names, BtpOperator, State};
+use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
+use btp_manager::cli::{Cli, Command};
+use btp_manager::doctor::{self, Check, Report, Target, Verdict};
+use btp_manager::{app, shipped};
+use clap::Parser as _;
+use common::*;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The user doctor runs as here: bound to a ClusterRole that may read everything (a platform operator).
+const DOCTOR: &str = "platform-operator";
+
+struct Cluster {
+    server: RunningApiServer,
+    admin: kube::Client,
+    doctor: kube::Client,
+    manager: Option<(app::Manager, watch::Sender<bool>)>,
+    _workloads: tokio::task::JoinHandle<()>,
+}
+
+impl Cluster {
+    /// `deploy/` installed, the manager running, the credentials Secret and the BtpOperator created, Ready.
+    async fn start(config: ServerConfig) -> Cluster {
+        let server = ApiServer::start(config).await.expect("API server");
+        let admin = server.client().await;
+        let kyma_system =
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names::KYMA_SYSTEM}});
+        common::install::apply(&admin, &[kyma_system]).await;
+        common::install::apply(&admin, &[serde_json::to_value(BtpOperator::crd().unwrap()).unwrap()]).await;
+        for (_, text) in shipped::FOR_LOCAL {
+            common::install::apply(&admin, &shipped::objects(text).unwrap()).await;
+        }
+        let reader = serde_json::json!([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "doctor-test-reader"},
+             "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+                       {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+                       {"apiGroups": ["operator.kyma-project.io"], "resources": ["btpoperators"], "verbs": ["create"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "doctor-test-reader"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "doctor-test-reader"},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": DOCTOR}]}
+        ]);
+        common::install::apply(&admin, reader.as_array().unwrap()).await;
+        let workloads = btp_apiserver::spawn_workload_controller(admin.clone());
+        let doctor = server.client_as(DOCTOR);
+        let mut cluster = Cluster {
+            server,
+            admin,
+            doctor,
+            manager: None,
+            _workloads: workloads,
+        };
+        cluster.start_manager().await;
+        let mut secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                         "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+        });
+        secret["stringData"] = credentials();
+        common::install::apply(&cluster.admin, &[secret]).await;
+        let crs: Api<BtpOperator> = Api::namespaced(cluster.admin.clone(), names::KYMA_SYSTEM);
+        crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
+            .await
+            .expect("the BtpOperator");
+        eventually(Duration::from_secs(20), "the BtpOperator is Ready", || async {
+            crs.get(names::BTP_OPERATOR_NAME)
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .is_some_and(|s| s.state == State::Ready)
+        })
+        .await;
+        cluster
+    }
+
+    /// The manager as `run --leader-elect` runs it, as its ServiceAccount, its webhooks reached by URL.
+    async fn start_manager(&mut self) {
+        let cli = Cli::try_parse_from([
+            "btp-manager",
+            "run",
+            "--leader-elect",
+            "--operand-image",
+            IMAGE,
+            "--webhook-bind-address",
+            "127.0.0.1:0",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--health-probe-bind-address",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            unreachable!("parsed run")
+        };
+        let (term, term_rx) = watch::channel(false);
+        let client = self.server.client_as(&shipped::manager_user(names::KYMA_SYSTEM));
+        let manager = app::start(&args, client, term_rx).await.expect("the manager starts");
+        self.manager = Some((manager, term));
+        eventually(Duration::from_secs(10), "the manager leads", || async {
+            line(&self.diagnose().await, "leader").verdict == Verdict::Pass
+        })
+        .await;
+    }
+
+    /// Stop the manager gracefully (it releases the Lease).
+    async fn stop_manager(&mut self) {
+        if let Some((manager, term)) = self.manager.take() {
+            let _ = term.send(true);
+            manager.shut_down().await.expect("a graceful shutdown");
+        }
+    }
+
+    async fn diagnose(&self) -> Report {
+        doctor::diagnose(&self.doctor, &Target::default()).await
+    }
+}
+
+/// The check named `name` of `report`.
+fn line(report: &Report, name: &str) -> Check {
+    report
+        .checks
+        .iter()
+        .find(|c| c.name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("doctor has a {name} check:\n{}", report.to_text()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_installation_passes_clean_and_doctor_writes_nothing() {
+    if real_cluster().is_some() {
+        eprintln!("doctor: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    let mut cluster = Cluster::start(ServerConfig::default()).await;
+    let log = cluster.server.request_log();
+    let before = log.len();
+    let report = cluster.diagnose().await;
+    println!("{}", report.to_text());
+    assert!(report.healthy(), "{}", report.to_text());
+    assert!(
+        report.checks.iter().all(|c| c.verdict == Verdict::Pass),
+        "nothing to warn about either:\n{}",
+        report.to_text()
+    );
+    for name in [
+        "version",
+        "crd",
+        "rbac",
+        "deployment",
+        "leader",
+        "webhooks",
+        "admission",
+        "secret",
+        "btpoperator",
+        "operand",
+        "operand-hooks",
+        "netpol",
+    ] {
+        line(&report, name);
+    }
+    let writes: Vec<String> = log
+        .since(before)
+        .into_iter()
+        .filter(|r| r.user == DOCTOR)
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "discovery"))
+        .filter(|r| !(r.verb == "create" && r.resource == "subjectaccessreviews"))
+        .filter(|r| !(r.verb == "create" && r.query.contains("dryRun=All")))
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect();
+    assert!(writes.is_empty(), "doctor wrote: {writes:?}");
+    cluster.stop_manager().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_grant_and_an_unlabelled_secret_are_named_with_their_fix() {
+    if real_cluster().is_some() {
+        return;
+    }
+    let mut cluster = Cluster::start(ServerConfig::default()).await;
+    // An older deploy/rbac.yaml: no create on CRDs.
+    let mut role = shipped::objects(shipped::RBAC)
+        .unwrap()
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == "btp-manager-manager-role")
+        .unwrap();
+    for rule in role["rules"].as_array_mut().unwrap() {
+        if rule["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "customresourcedefinitions")
+        {
+            rule["verbs"].as_array_mut().unwrap().retain(|v| v != "create");
+        }
+    }
+    common::install::apply(&cluster.admin, &[role]).await;
+    let secrets: Api<Secret> = Api::namespaced(cluster.admin.clone(), names::KYMA_SYSTEM);
+    let unlabel = serde_json::json!({"metadata": {"labels": {names::MANAGED_BY_LABEL: null}}});
+    secrets
+        .patch(
+            names::REQUIRED_SECRET_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&unlabel),
+        )
+        .await
+        .unwrap();
+
+    let report = cluster.diagnose().await;
+    println!("{}", report.to_text());
+    assert!(!report.healthy());
+    let rbac = line(&report, "rbac");
+    assert_eq!(rbac.verdict, Verdict::Fail);
+    assert!(
+        rbac.message.contains(
+            "create customresourcedefinitions (group apiextensions.k8s.io) [ClusterRole btp-manager-manager-role]"
+        ),
+        "{}",
+        rbac.message
+    );
+    assert!(rbac.message.contains("lacks 1 of"), "{}", rbac.message);
+    let secret = line(&report, "secret");
+    assert_eq!(secret.verdict, Verdict::Fail);
+    assert_eq!(
+        secret.fix.as_deref(),
+        Some("kubectl label secret sap-btp-manager -n kyma-system app.kubernetes.io/managed-by=kcp-kyma-environment-broker")
+    );
+    assert!(
+        !report.to_text().contains("CANARY"),
+        "no credential value in the report"
+    );
+    cluster.stop_manager().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_leader_a_wiped_ca_bundle_and_an_expired_certificate_are_reported() {
+    if real_cluster().is_some() {
+        return;
+    }
+    let mut cluster = Cluster::start(ServerConfig::default()).await;
+    // With the manager down nothing repairs what is broken below.
+    cluster.stop_manager().await;
+    let wipe = serde_json::json!({"webhooks": [{"name": "vbtpoperator.operator.kyma-project.io", "clientConfig": {"caBundle": null}}]});
+    Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(cluster.admin.clone())
+        .patch(
+            names::webhook::VALIDATING_CONFIGURATION,
+            &PatchParams::default(),
+            &Patch::Strategic(&wipe),
+        )
+        .await
+        .unwrap();
+    // The operand's serving certificate, expired a day ago (signed by its CA, so only its age is wrong).
+    let secrets: Api<Secret> = Api::namespaced(cluster.admin.clone(), names::KYMA_SYSTEM);
+    let ca = secrets.get(btp_certs::operand::CA_SECRET).await.unwrap().data.unwrap();
+    let ca = btp_certs::CertPair {
+        cert_pem: String::from_utf8(ca[btp_certs::operand::keys::CA_CRT].0.clone()).unwrap(),
+        key_pem: String::from_utf8(ca[btp_certs::operand::keys::CA_KEY].0.clone()).unwrap(),
+    };
+    let past = std::time::SystemTime::now() - Duration::from_secs(3 * 86_400);
+    let spec = btp_certs::LeafSpec {
+        common_name: Some("sap-btp-operator-webhook-service.kyma-system.svc".into()),
+        dns_names: vec!["sap-btp-operator-webhook-service.kyma-system.svc".into()],
+        ip_addresses: vec![],
+        validity: Duration::from_secs(86_400),
+        key: btp_certs::KeyAlgorithm::default(),
+    };
+    let expired = btp_certs::generate_leaf(&ca, &spec, past).unwrap();
+    let data = serde_json::json!({"stringData": {"tls.crt": expired.cert_pem, "tls.key": expired.key_pem}});
+    secrets
+        .patch(
+            btp_certs::operand::WEBHOOK_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(&data),
+        )
+        .await
+        .unwrap();
+
+    let report = cluster.diagnose().await;
+    println!("{}", report.to_text());
+    let leader = line(&report, "leader");
+    assert_eq!(leader.verdict, Verdict::Fail);
+    assert!(
+        leader.message.contains("no replica holds the Lease"),
+        "{}",
+        leader.message
+    );
+    let webhooks = line(&report, "webhooks");
+    assert_eq!(webhooks.verdict, Verdict::Fail);
+    assert!(
+        webhooks.message.contains("vbtpoperator.operator.kyma-project.io"),
+        "{}",
+        webhooks.message
+    );
+    assert!(webhooks.fix.unwrap().contains("btp-manager-webhook-cert"));
+    let leaf = line(&report, "operand-leaf");
+    assert_eq!(leaf.verdict, Verdict::Fail);
+    assert!(leaf.message.contains("has expired"), "{}", leaf.message);
+    // Nothing else is blamed.
+    assert_eq!(line(&report, "rbac").verdict, Verdict::Pass, "{}", report.to_text());
+    assert_eq!(line(&report, "secret").verdict, Verdict::Pass);
+}

@@ -1,0 +1,338 @@
+//! As shipped: `kubectl apply -k deploy/` installs into the embedded API server, and the manager started as
+//! a Pod of `deploy/deployment.yaml` would run provisions there.
+//!
+//! The "Pod": the release of this build's `btp-manager` binary, started with the container's `command`,
+//! `args` and `env` of `deploy/deployment.yaml`, in a mount namespace where the root filesystem is read-only
+//! and `/var/run/secrets/kubernetes.io/serviceaccount/` holds a token of the shipped ServiceAccount, the
+//! API server's CA and the namespace (kube's in-cluster configuration, found through
+//! `KUBERNETES_SERVICE_HOST`/`_PORT`), running as the Pod's user and group (10001/30001). Only the listen
+//! addresses differ (tests run in parallel): loopback ports instead of :9443/:8080/:8081. The API server
+//! reaches the webhooks through the manager's Service (`btp-manager-webhook-service`), and enforces RBAC for
+//! the ServiceAccount. It needs root (a mount namespace, a user switch); elsewhere the test says it did not
+//! run.
+
+mod common;
+
+use btp_api::{names, BtpOperator, State};
+use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
+use common::install::{deploy_objects, manager_user};
+use common::*;
+use kube::api::{Api, PostParams};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn kubectl() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("btp-install-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `kubectl apply -k deploy/` with `kubeconfig`; panics with kubectl's output when it fails.
+fn apply_deploy(kubeconfig: &Path) {
+    apply_kustomization(kubeconfig, "deploy");
+}
+
+/// `kubectl apply -k <dir>` with `kubeconfig`; panics with kubectl's output when it fails.
+fn apply_kustomization(kubeconfig: &Path, dir: &str) {
+    let out = Command::new(kubectl())
+        .args(["apply", "-k"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl apply -k {dir}/ failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The token of a kubeconfig that the embedded server wrote for one user.
+fn token_of(kubeconfig_yaml: &str) -> String {
+    kubeconfig_yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .expect("the kubeconfig holds a token")
+        .to_string()
+}
+
+/// The manager's container in `deploy/deployment.yaml`.
+fn container() -> serde_json::Value {
+    let deployment = deploy_objects("deployment.yaml")
+        .into_iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("deploy/deployment.yaml holds the Deployment");
+    let spec = &deployment["spec"]["template"]["spec"];
+    assert_eq!(spec["securityContext"]["runAsUser"], 10001);
+    assert_eq!(spec["securityContext"]["runAsGroup"], 30001);
+    let container = spec["containers"][0].clone();
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    container
+}
+
+/// The manager run as a Pod of `deploy/deployment.yaml`; killed when dropped.
+struct Pod {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Pod {
+    fn start(server: &RunningApiServer, webhook_port: u16) -> Pod {
+        let dir = temp_dir("pod");
+        let sa = dir.join("serviceaccount");
+        std::fs::create_dir_all(&sa).unwrap();
+        std::fs::write(sa.join("token"), token_of(&server.kubeconfig_yaml_as(&manager_user()))).unwrap();
+        std::fs::write(sa.join("ca.crt"), server.ca_pem()).unwrap();
+        std::fs::write(sa.join("namespace"), names::KYMA_SYSTEM).unwrap();
+        let container = container();
+        let mut command: Vec<String> = Vec::new();
+        for part in ["command", "args"] {
+            for a in container[part].as_array().expect("command and args") {
+                command.push(a.as_str().expect("a string").to_string());
+            }
+        }
+        assert_eq!(command[0], "/btp-manager", "the image's binary");
+        command[0] = env!("CARGO_BIN_EXE_btp-manager").to_string();
+        command.extend([
+            format!("--webhook-bind-address=127.0.0.1:{webhook_port}"),
+            format!("--metrics-bind-address=127.0.0.1:{}", free_port()),
+            format!("--health-probe-bind-address=127.0.0.1:{}", free_port()),
+        ]);
+        // The mount namespace: a read-only root, the ServiceAccount volume on a fresh /run; then the user.
+        let script = format!(
+            "set -e; mount --bind / /; mount -o remount,bind,ro /; mount -t tmpfs tmpfs /run; \
+             mkdir -p /run/secrets/kubernetes.io/serviceaccount; \
+             cp {sa}/token {sa}/ca.crt {sa}/namespace /run/secrets/kubernetes.io/serviceaccount/; \
+             chmod 0444 /run/secrets/kubernetes.io/serviceaccount/*; \
+             exec setpriv --reuid 10001 --regid 30001 --clear-groups \"$@\"",
+            sa = sa.display()
+        );
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script, "pod"])
+            .args(&command)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", server.addr().port().to_string())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit());
+        for e in container["env"].as_array().expect("env") {
+            let name = e["name"].as_str().expect("env name");
+            let value = match (e["value"].as_str(), e["valueFrom"]["fieldRef"]["fieldPath"].as_str()) {
+                (Some(v), _) => v.to_string(),
+                (None, Some("metadata.namespace")) => names::KYMA_SYSTEM.to_string(),
+                other => panic!("env {name}: {other:?} is not played here"),
+            };
+            cmd.env(name, value);
+        }
+        let child = cmd.spawn().expect("start the manager's Pod");
+        Pod { child, dir }
+    }
+}
+
+async fn state(crs: &Api<BtpOperator>) -> Option<(State, String)> {
+    let status = crs.get_opt(names::BTP_OPERATOR_NAME).await.ok()??.status?;
+    let reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone())
+        .unwrap_or_default();
+    Some((status.state, reason))
+}
+
+/// Install as the README says, start the manager as its Pod would run, provision.
+async fn install_and_provision(server: RunningApiServer) {
+    let dir = temp_dir("kubeconfig");
+    let kubeconfig = dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_deploy(&kubeconfig);
+    // Applying again changes nothing and fails nowhere (a GitOps re-sync).
+    apply_deploy(&kubeconfig);
+    if !is_root() {
+        eprintln!("install: NOT RUN: the Pod-like start needs root (a mount namespace and a user switch)");
+        return;
+    }
+    let client = server.client().await;
+    let webhook_port = free_port();
+    server.set_service_address(
+        names::KYMA_SYSTEM,
+        names::webhook::SERVICE_NAME,
+        443,
+        std::net::SocketAddr::from(([127, 0, 0, 1], webhook_port)),
+    );
+    let _pod = Pod::start(&server, webhook_port);
+    // kube-controller-manager and the kubelet, played: the operand's Deployment gets a running Pod.
+    let workloads = btp_apiserver::spawn_workload_controller(client.clone());
+
+    // The manager publishes its CA in its webhook configurations: until then the misnamed-CR check fails
+    // closed; once it serves, the API server reaches it through its Service and relays its refusal.
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    let misnamed: BtpOperator = serde_json::from_value(serde_json::json!({
+        "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+        "metadata": {"name": "misnamed"}, "spec": {}
+    }))
+    .unwrap();
+    let refusal = std::sync::Mutex::new(String::new());
+    eventually(
+        Duration::from_secs(30),
+        "the webhook refuses a misnamed BtpOperator",
+        || async {
+            match crs.create(&PostParams::default(), &misnamed).await {
+                Err(kube::Error::Api(s)) if s.message.contains("denied the request") => {
+                    *refusal.lock().unwrap() = s.message;
+                    true
+                }
+                _ => false,
+            }
+        },
+    )
+    .await;
+    let refusal = refusal.into_inner().unwrap();
+    assert!(
+        refusal.contains("denied the request") && refusal.contains("btpoperator"),
+        "refused by the admission webhook with what to fix: {refusal}"
+    );
+
+    let mut secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                     "labels": {"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}},
+    });
+    secret["stringData"] = credentials();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
+        .await
+        .expect("the credentials Secret");
+    let cr: BtpOperator = serde_json::from_value(serde_json::json!({
+        "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+        "metadata": {"name": names::BTP_OPERATOR_NAME, "namespace": names::KYMA_SYSTEM}, "spec": {}
+    }))
+    .unwrap();
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    crs.create(&PostParams::default(), &cr).await.expect("the BtpOperator");
+    eventually(Duration::from_secs(30), "the BtpOperator is Ready", || async {
+        state(&crs).await == Some((State::Ready, "ReconcileSucceeded".into()))
+    })
+    .await;
+    let created = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
+    assert!(
+        created
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == names::FINALIZER),
+        "the mutating webhook added the finalizer"
+    );
+    workloads.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Multi-threaded: kubectl runs as a blocking child process while the in-process API server answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_k_deploy_installs_and_the_manager_provisions_as_its_pod() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    install_and_provision(server).await;
+}
+
+/// A CRD that takes any content, as the Prometheus Operator's do for what this test needs.
+fn open_crd(group: &str, kind: &str, plural: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+}
+
+/// The optional components install on top of the base: monitoring (with the Prometheus Operator's CRDs
+/// present) and the Kyma dashboard extension.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitoring_and_dashboard_components_apply() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let dir = temp_dir("components");
+    let kubeconfig = dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_deploy(&kubeconfig);
+    let client = server.client().await;
+    let crds = [
+        open_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+        open_crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+    ];
+    common::install::apply(&client, &crds).await;
+    apply_kustomization(&kubeconfig, "deploy/monitoring");
+    apply_kustomization(&kubeconfig, "deploy/dashboard");
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    for (group, kind, name) in [
+        ("monitoring.coreos.com", "ServiceMonitor", "btp-manager"),
+        ("monitoring.coreos.com", "PrometheusRule", "btp-manager"),
+        ("", "ConfigMap", "btp-manager-busola-extension"),
+    ] {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), names::KYMA_SYSTEM, &resource);
+        assert!(api.get_opt(name).await.unwrap().is_some(), "{kind} {name} installed");
+    }
+    // The ServiceMonitor selects the manager's metrics Service, on a port it has.
+    let monitor = deploy_objects("monitoring/servicemonitor.yaml").remove(0);
+    let service = deploy_objects("services.yaml")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "btp-manager-metrics-service")
+        .expect("the metrics Service");
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "the ServiceMonitor selects the metrics Service"
+        );
+    }
+    let port = monitor["spec"]["endpoints"][0]["port"].as_str().unwrap();
+    assert!(
+        service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == port),
+        "the metrics Service has port {port}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

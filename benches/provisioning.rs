@@ -80,9 +80,6 @@ impl Latency {
     }
 }
 
-/// The user the manager's requests are logged under.
-const MANAGER_USER: &str = "btp-manager";
-
 /// A manager running in-process, its requests timed.
 struct Manager {
     ctx: Arc<Context>,
@@ -145,23 +142,15 @@ async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config)
     let mut registry = Registry::default();
     let metrics = ReconcileMetrics::register(&mut registry);
     let timeline = timeline::Timeline::default();
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml_as(MANAGER_USER)).expect("kubeconfig");
-    let kube_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kube config");
-    let client = timeline.client(kube_config);
+    // The admin's identity: the embedded server enforces RBAC for every other user.
+    let client = timeline.client(server.kube_config());
     let ctx = Context::new(client, config, module, "example.test/operator:v1".into(), None, metrics);
     let ctx = Arc::new(ctx.with_network_policies(policies));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(reconciler::run(ctx.clone(), async move {
         let _ = stopped.await;
     }));
-    let log = server.request_log();
-    let watching = |resource: &str| {
-        log.entries()
-            .iter()
-            .any(|r| r.user == MANAGER_USER && r.verb == "watch" && r.resource == resource)
-    };
+    let watching = |resource: &str| timeline.watching(&format!("/{resource}"));
     let deadline = Instant::now() + Duration::from_secs(30);
     while !(ctx.operand_secrets().is_some() && watching("btpoperators") && watching("deployments")) {
         assert!(Instant::now() < deadline, "the manager's watches did not start");

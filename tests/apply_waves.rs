@@ -11,8 +11,6 @@ use btp_manager::config::Config;
 use common::{Env, StartOptions};
 use std::time::Duration;
 
-const MANAGER: &str = "system:serviceaccount:kyma-system:btp-manager";
-
 fn slow(env: &Env, resource: &str) {
     let server = env.server().expect("the embedded API server");
     server.faults().add_latency(LatencyRule {
@@ -24,7 +22,8 @@ fn slow(env: &Env, resource: &str) {
 
 async fn start() -> Option<Env> {
     let options = StartOptions {
-        manager_user: Some(MANAGER.into()),
+        // Authorized as `deploy/` authorizes the manager (the embedded server enforces RBAC for it).
+        manager_user: Some(common::install::manager_user()),
         ..StartOptions::default()
     };
     let env = Env::start_with(Config::default(), true, options).await;
@@ -35,8 +34,9 @@ async fn start() -> Option<Env> {
 
 /// The manager's server-side applies (not status writes), in the order the server answered them.
 fn applies(log: &[RequestRecord]) -> Vec<&RequestRecord> {
+    let manager = common::install::manager_user();
     log.iter()
-        .filter(|r| r.user == MANAGER && r.verb == "patch" && r.subresource.is_empty() && r.resource != "btpoperators")
+        .filter(|r| r.user == manager && r.verb == "patch" && r.subresource.is_empty() && r.resource != "btpoperators")
         .collect()
 }
 

@@ -1,6 +1,6 @@
 //! When each request of a client started and ended, for counting sequential round trips: a tower layer on
 //! the manager's `kube::Client` records every request but watches (a watch's answer streams for as long
-//! as it lasts). The end is when the answer's headers arrived, which is when the caller sees its result
+//! as it lasts; only that it began is recorded). The end is when the answer's headers arrived, which is when the caller sees its result
 //! for everything this project sends.
 #![allow(dead_code)]
 
@@ -22,6 +22,8 @@ pub struct Span {
 #[derive(Clone, Default)]
 pub struct Timeline {
     spans: Arc<Mutex<Vec<Span>>>,
+    /// Watches whose answer has begun (`METHOD path`).
+    watches: Arc<Mutex<Vec<String>>>,
 }
 
 impl Timeline {
@@ -29,6 +31,13 @@ impl Timeline {
     pub fn between(&self, from: Instant, to: Instant) -> Vec<Span> {
         let spans = self.spans.lock().map(|s| s.clone()).unwrap_or_default();
         spans.into_iter().filter(|s| s.start >= from && s.end <= to).collect()
+    }
+
+    /// Whether a watch whose path contains `fragment` has been answered (is established).
+    pub fn watching(&self, fragment: &str) -> bool {
+        self.watches
+            .lock()
+            .is_ok_and(|w| w.iter().any(|what| what.contains(fragment)))
     }
 
     /// A client of `config` whose requests are recorded here.
@@ -92,7 +101,11 @@ where
         let timeline = self.timeline.clone();
         Box::pin(async move {
             let result = answer.await;
-            if !watch {
+            if watch {
+                if let Ok(mut watches) = timeline.watches.lock() {
+                    watches.push(what);
+                }
+            } else {
                 let span = Span {
                     start,
                     end: Instant::now(),

@@ -1,6 +1,7 @@
 //! Test support: fault injection and the request log.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// One injected-failure rule.
 #[derive(Debug, Clone)]
@@ -19,8 +20,23 @@ pub struct FaultRule {
     pub user: Option<String>,
 }
 
+/// A simulated round trip: matching requests wait `latency` before they are handled, as on a real API server
+/// (network, authentication, admission, etcd). The first matching rule applies; requests no rule matches are
+/// answered at once.
+#[derive(Debug, Clone)]
+pub struct LatencyRule {
+    /// How long a matching request waits before it is handled.
+    pub latency: Duration,
+    /// Only requests with this verb (as in [`FaultRule::verb`]); None = all.
+    pub verb: Option<String>,
+    /// Only requests for this resource plural (e.g. `customresourcedefinitions`); None = all.
+    pub resource: Option<String>,
+}
+
 struct FaultState {
     rules: Vec<FaultRule>,
+    /// Simulated round trips (see [`FaultInjector::add_latency`]).
+    latency: Vec<LatencyRule>,
     /// Draws which requests fail and which watch events cut (seedable: see [`FaultInjector::seed`]).
     rng: fastrand::Rng,
     /// Cut every watch stream after this many events.
@@ -35,6 +51,7 @@ impl Default for FaultState {
     fn default() -> Self {
         Self {
             rules: Vec::new(),
+            latency: Vec::new(),
             rng: fastrand::Rng::new(),
             cut_after: None,
             cut_probability: 0.0,
@@ -88,7 +105,26 @@ impl FaultInjector {
     pub fn set_retry_after(&self, seconds: Option<u64>) {
         self.with(|s| s.retry_after = seconds);
     }
-    /// Removes all rules, watch cutting and the `Retry-After` (the generator keeps its state).
+    /// Adds a simulated round trip (see [`LatencyRule`]); rules added earlier take precedence. Kept by
+    /// [`FaultInjector::clear`]; [`FaultInjector::clear_latency`] removes them.
+    pub fn add_latency(&self, rule: LatencyRule) {
+        self.with(|s| s.latency.push(rule));
+    }
+    /// Every request waits `latency`, except those an earlier rule gives another (a shorthand for
+    /// [`FaultInjector::add_latency`] without a verb or resource).
+    pub fn latency(&self, latency: Duration) {
+        self.add_latency(LatencyRule {
+            latency,
+            verb: None,
+            resource: None,
+        });
+    }
+    /// Removes every latency rule: requests are answered at once again.
+    pub fn clear_latency(&self) {
+        self.with(|s| s.latency.clear());
+    }
+    /// Removes all rules, watch cutting and the `Retry-After` (the generator keeps its state; latency rules
+    /// stay).
     pub fn clear(&self) {
         self.with(|s| {
             s.rules.clear();
@@ -123,6 +159,18 @@ impl FaultInjector {
                 }
             }
             None
+        })
+    }
+
+    /// How long this request waits before it is handled (zero when no latency rule matches).
+    pub(crate) fn delay(&self, verb: &str, resource: &str) -> Duration {
+        self.with(|s| {
+            s.latency
+                .iter()
+                .find(|r| {
+                    r.verb.as_deref().is_none_or(|v| v == verb) && r.resource.as_deref().is_none_or(|x| x == resource)
+                })
+                .map_or(Duration::ZERO, |r| r.latency)
         })
     }
 
@@ -195,5 +243,36 @@ impl RequestLog {
         if let Ok(mut g) = self.entries.lock() {
             g.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_matching_latency_rule_applies() {
+        let faults = FaultInjector::default();
+        assert_eq!(faults.delay("get", "configmaps"), Duration::ZERO);
+        faults.add_latency(LatencyRule {
+            latency: Duration::from_millis(40),
+            verb: Some("patch".into()),
+            resource: Some("customresourcedefinitions".into()),
+        });
+        faults.latency(Duration::from_millis(15));
+        faults.latency(Duration::from_millis(99));
+        assert_eq!(
+            faults.delay("patch", "customresourcedefinitions"),
+            Duration::from_millis(40)
+        );
+        assert_eq!(
+            faults.delay("get", "customresourcedefinitions"),
+            Duration::from_millis(15)
+        );
+        assert_eq!(faults.delay("get", "configmaps"), Duration::from_millis(15));
+        faults.clear();
+        assert_eq!(faults.delay("get", "configmaps"), Duration::from_millis(15));
+        faults.clear_latency();
+        assert_eq!(faults.delay("patch", "customresourcedefinitions"), Duration::ZERO);
     }
 }

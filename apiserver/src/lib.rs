@@ -28,7 +28,7 @@ pub mod workloads;
 
 pub use authz::User;
 pub use error::{ApiError, Error};
-pub use faults::{FaultInjector, FaultRule, RequestLog, RequestRecord};
+pub use faults::{FaultInjector, FaultRule, LatencyRule, RequestLog, RequestRecord};
 pub use server::{mark_deployment_available, spawn_deployment_controller};
 pub use workloads::spawn_workload_controller;
 

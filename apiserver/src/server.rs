@@ -334,6 +334,11 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     rec.subresource = t.sub.clone().unwrap_or_default();
     rec.namespace = t.namespace.clone().unwrap_or_default();
     rec.name = t.name.clone().unwrap_or_default();
+    // A simulated round trip (FaultInjector::add_latency), before anything is decided or written.
+    let delay = st.faults.delay(verb, &t.def.plural);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     if let Some(code) = st.faults.check(verb, &t.def.plural, &rec.user) {
         let retry_after = st.faults.retry_after(code);
         let mut error = fault_error(code);

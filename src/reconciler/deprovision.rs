@@ -158,7 +158,11 @@ async fn credentials_namespace(cluster: &Cluster<'_>, config: &crate::config::Co
 
 /// Keep (or put back) the operand as provisioning would, without touching the status; problems are logged.
 async fn keep_operand(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) {
-    match provision::converge(ctx, cluster, cr, None, Reason::ReconcileFailed).await {
+    let kept = async {
+        let observed = provision::observe(ctx, cluster).await?;
+        provision::converge(ctx, cluster, cr, observed, None, Reason::ReconcileFailed).await
+    };
+    match kept.await {
         Ok(_) => {}
         Err(Stop::Report(outcome)) | Err(Stop::Retry(outcome)) => {
             tracing::info!(reason = %outcome.reason, detail = %outcome.message, "operand not kept during deletion")

@@ -8,8 +8,9 @@
 //! Where to find what:
 //! - decisions, pure and unit-tested: [`status`] (the condition), [`credentials`] (the required Secret),
 //!   [`drift`] (cluster ID and credentials namespace), [`resources`] (preparing the manifests),
-//!   [`network_policies`], [`readiness`] (operand readiness and `ReadyTimeout`), [`requeue`] (when a pass comes
-//!   back, error backoff), [`deprovision_plan`] (the deletion stages);
+//!   [`network_policies`], [`waves`] (the order of the apply), [`readiness`] (operand readiness and
+//!   `ReadyTimeout`), [`requeue`] (when a pass comes back, error backoff), [`deprovision_plan`] (the deletion
+//!   stages);
 //! - doing: [`cluster`] (every API read and write), [`status_writer`] (status and Events), [`context`]
 //!   (what passes share), [`error`] (how a step ends a pass early).
 
@@ -30,6 +31,7 @@ pub mod requeue;
 pub mod resources;
 pub mod status;
 pub mod status_writer;
+pub mod waves;
 
 pub use context::Context;
 pub use controller::{error_policy, run};

@@ -45,14 +45,26 @@ impl End {
 pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Next, ReconcileError> {
     let config = ctx.config();
     let cluster = Cluster::new(ctx, &config);
-    cluster.add_finalizer(cr).await?;
-    // A new CR is Initialized first. From Warning or Error there is no intermediate write: this pass's
-    // outcome replaces the status directly, so a reconcile triggered by our own status write cannot flap
-    // between Processing and the same Warning/Error.
-    if status.state().is_none() {
-        status.set(Outcome::new(Reason::Initialized, "Initialized")).await?;
-    }
-    let end = match steps(ctx, &cluster, cr, status).await {
+    let prelude = async {
+        cluster.add_finalizer(cr).await?;
+        // A new CR is Initialized first. From Warning or Error there is no intermediate write: this pass's
+        // outcome replaces the status directly, so a reconcile triggered by our own status write cannot flap
+        // between Processing and the same Warning/Error.
+        if status.state().is_none() {
+            status.set(Outcome::new(Reason::Initialized, "Initialized")).await?;
+        }
+        Ok::<(), ReconcileError>(())
+    };
+    // The pass's first reads (the required Secret, credentials drift) do not depend on the finalizer or the
+    // first status: they go alongside. Nothing is written to the operand before the finalizer is in place,
+    // and what the reads found is acted on only after the first status.
+    let (prelude, observed) = futures::join!(prelude, observe(ctx, &cluster));
+    prelude?;
+    let steps = async {
+        let observed = observed?;
+        steps(ctx, &cluster, cr, status, observed).await
+    };
+    let end = match steps.await {
         Ok(end) => end,
         Err(Stop::Report(outcome)) => {
             // Another problem interrupts the wait for the operand: the next wait starts a new clock.
@@ -77,6 +89,7 @@ async fn steps(
     cluster: &Cluster<'_>,
     cr: &BtpOperator,
     status: &mut StatusWriter<'_>,
+    observed: Observation,
 ) -> Result<End, Stop> {
     let config = ctx.config();
     let was_ready = status.state() == Some(State::Ready);
@@ -89,9 +102,9 @@ async fn steps(
             Reason::ProvisioningFailed
         }
     };
-    converge(ctx, cluster, cr, Some(status), failed(was_ready)).await?;
+    let converged = converge(ctx, cluster, cr, observed, Some(status), failed(was_ready)).await?;
 
-    let deployment = cluster.operand_deployment().await?;
+    let deployment = converged.operand_deployment;
     let ready = deployment.as_ref().is_some_and(readiness::deployment_ready);
     let (waited, from_ready) = if ready {
         (Default::default(), was_ready)
@@ -154,21 +167,51 @@ pub async fn required_credentials(
     Ok((credentials, annotations))
 }
 
-/// Bring the operand to the desired state: the required Secret, credentials drift (reported as progress
-/// when `progress` is given and the CR was Ready), the apply, and the clean-up of what the drift
+/// What [`converge`] leaves: the credentials it validated and the operand Deployment as it is after the apply.
+pub struct Converged {
+    /// The validated credentials.
+    pub credentials: Credentials,
+    /// The operand Deployment after the apply (None when there is none).
+    pub operand_deployment: Option<k8s_openapi::api::apps::v1::Deployment>,
+}
+
+/// What [`converge`] starts from, read before anything is written: the required Secret (validated, and its
+/// annotations) and the credentials drift observation.
+pub struct Observation {
+    credentials: Credentials,
+    required: std::collections::BTreeMap<String, String>,
+    before: crate::reconciler::cluster::DriftObservation,
+}
+
+/// Read what [`converge`] starts from (`MissingSecret`, `InvalidSecret` and the drift reads' reasons).
+pub async fn observe(ctx: &Context, cluster: &Cluster<'_>) -> Result<Observation, Stop> {
+    let config = ctx.config();
+    let (credentials, required) = required_credentials(cluster, &config).await?;
+    let before = cluster.observe_drift(&credentials, &required, None).await?;
+    Ok(Observation {
+        credentials,
+        required,
+        before,
+    })
+}
+
+/// Bring the operand to the desired state from what [`observe`] read: credentials drift (reported as
+/// progress when `progress` is given and the CR was Ready), the apply, and the clean-up of what the drift
 /// invalidated. Deprovisioning runs it without `progress` to keep the operand healthy while deletion is
 /// blocked, and to restore it after a failed removal.
 pub async fn converge(
     ctx: &Context,
     cluster: &Cluster<'_>,
     cr: &BtpOperator,
+    observed: Observation,
     progress: Option<&mut StatusWriter<'_>>,
     failed: Reason,
-) -> Result<Credentials, Stop> {
-    let config = ctx.config();
-    let (credentials, required) = required_credentials(cluster, &config).await?;
-
-    let before = cluster.observe_drift(&credentials, &required, None).await?;
+) -> Result<Converged, Stop> {
+    let Observation {
+        credentials,
+        required,
+        before,
+    } = observed;
     if let Some(status) = progress {
         if status.state() == Some(State::Ready) {
             if let Some(outcome) = drift::ready_state_drift(&credentials, &before.observed) {
@@ -181,7 +224,7 @@ pub async fn converge(
         .await?;
 
     let policies_enabled = network_policies::enabled(cr.annotations());
-    cluster
+    let applied = cluster
         .apply_module(cr, &ctx.resources(), &credentials, policies_enabled)
         .await
         .map_err(|e| match e {
@@ -189,6 +232,7 @@ pub async fn converge(
             ApplyError::Api(_) => retry(failed)(e),
             _ => report(failed)(e),
         })?;
+    let mut operand_deployment = applied.operand_deployment;
 
     // What the drift invalidated (the operand restarts with the new settings); nothing to look at when the
     // credentials namespace and cluster ID did not change.
@@ -202,6 +246,11 @@ pub async fn converge(
             .await?;
         let actions = drift::after_apply(&credentials, &before.observed, &after.observed);
         cluster.carry_out(&required, &actions, &after).await?;
+        // The operand pod may have been deleted: read the Deployment as it is now.
+        operand_deployment = cluster.operand_deployment().await?;
     }
-    Ok(credentials)
+    Ok(Converged {
+        credentials,
+        operand_deployment,
+    })
 }

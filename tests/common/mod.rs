@@ -301,7 +301,8 @@ impl Env {
             .unwrap();
     }
 
-    /// Wait until the CR has `state` and `reason`; returns the CR.
+    /// Wait until the CR has `state` and `reason`; returns the CR as it was seen then (not read again: the
+    /// next pass may already have moved on).
     pub async fn wait_for(&self, ns: &str, name: &str, state: State, reason: &str, deadline: Duration) -> BtpOperator {
         let crs = self.crs(ns);
         let end = tokio::time::Instant::now() + deadline;
@@ -311,8 +312,8 @@ impl Env {
             let hit = status.as_ref().is_some_and(|s| {
                 s.state == state && s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason)
             });
-            if hit {
-                break;
+            if let (true, Some(cr)) = (hit, cr) {
+                return cr;
             }
             assert!(
                 tokio::time::Instant::now() < end,
@@ -320,7 +321,6 @@ impl Env {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        crs.get(name).await.unwrap()
     }
 
     pub async fn stop(mut self) {

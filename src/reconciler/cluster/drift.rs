@@ -64,28 +64,46 @@ impl Cluster<'_> {
             .operand_secret_namespaces()
             .await
             .map_err(retry(Reason::GettingDefaultCredentialsSecretFailed))?;
+        let previous_credentials_namespace = required_annotations
+            .get(drift::PREVIOUS_CREDENTIALS_NAMESPACE_ANNOTATION)
+            .cloned();
+        // Where the cluster-ID Secret is depends on what is known by now, not on the other two reads: the
+        // three go side by side (a failure is reported in the order below, whichever answered first).
+        let namespace = clusterid_namespace.map(str::to_string).unwrap_or_else(|| {
+            drift::operand_namespace(
+                credentials,
+                &drift::Observed {
+                    operand_secret_namespaces: operand_secret_namespaces.clone(),
+                    previous_credentials_namespace: previous_credentials_namespace.clone(),
+                    ..Default::default()
+                },
+            )
+        });
         let configmaps = Api::<ConfigMap>::namespaced(self.client(), &self.config.chart_namespace);
-        let configmap = retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP))
-            .await
+        let secrets = Api::<Secret>::namespaced(self.client(), &namespace);
+        let selector = format!("{}={}", drift::OPERAND_POD_LABEL, drift::OPERAND_POD_LABEL_VALUE);
+        let (pods, params) = (
+            Api::<Pod>::namespaced(self.client(), &self.config.chart_namespace),
+            ListParams::default().labels(&selector),
+        );
+        let (configmap, clusterid, pods) = futures::join!(
+            retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP)),
+            retrying(|| secrets.get_opt(drift::CLUSTER_ID_SECRET)),
+            retrying(|| pods.list(&params)),
+        );
+        let configmap = configmap
             .map_err(api_err(format!("reading ConfigMap {}", drift::OPERAND_CONFIGMAP)))
             .map_err(retry(Reason::GettingSapBtpServiceOperatorConfigMapFailed))?;
         let mut observed = drift::Observed {
             operand_secret_namespaces,
-            previous_credentials_namespace: required_annotations
-                .get(drift::PREVIOUS_CREDENTIALS_NAMESPACE_ANNOTATION)
-                .cloned(),
+            previous_credentials_namespace,
             configmap_cluster_id: configmap
                 .and_then(|c| c.data)
                 .and_then(|d| d.get(drift::CLUSTER_ID_CONFIGMAP_KEY).cloned()),
             clusterid_secret_value: None,
             operand_pod_ready: None,
         };
-        let namespace = clusterid_namespace
-            .map(str::to_string)
-            .unwrap_or_else(|| drift::operand_namespace(credentials, &observed));
-        let secrets = Api::<Secret>::namespaced(self.client(), &namespace);
-        let clusterid = retrying(|| secrets.get_opt(drift::CLUSTER_ID_SECRET))
-            .await
+        let clusterid = clusterid
             .map_err(api_err(format!(
                 "reading Secret {namespace}/{}",
                 drift::CLUSTER_ID_SECRET
@@ -99,13 +117,7 @@ impl Cluster<'_> {
                 })
                 .unwrap_or_default()
         });
-        let selector = format!("{}={}", drift::OPERAND_POD_LABEL, drift::OPERAND_POD_LABEL_VALUE);
-        let (pods, params) = (
-            Api::<Pod>::namespaced(self.client(), &self.config.chart_namespace),
-            ListParams::default().labels(&selector),
-        );
-        let pods = retrying(|| pods.list(&params))
-            .await
+        let pods = pods
             .map_err(api_err("listing operand pods"))
             .map_err(retry(Reason::ResourceRemovalFailed))?;
         let pod = pods.items.into_iter().find(|p| {

@@ -6,7 +6,7 @@ mod drift;
 mod removal;
 mod services;
 
-pub use apply::ApplyError;
+pub use apply::{Applied, ApplyError};
 pub use drift::{operand_secrets_selector, DriftObservation};
 pub use services::{services_resource, Counts, SERVICE_BINDING, SERVICE_INSTANCE};
 

@@ -73,6 +73,10 @@ async fn a_cold_install_writes_each_wave_after_the_one_before() {
     let Some(env) = start().await else { return };
     slow(&env, "customresourcedefinitions");
     slow(&env, "secrets");
+    // Roles answered late: a binding sent alongside them would be refused (the role it references does not
+    // exist yet) or answered first.
+    slow(&env, "clusterroles");
+    slow(&env, "roles");
     env.create_secret(common::credentials(), true).await;
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
     env.wait_for(
@@ -104,6 +108,19 @@ async fn a_cold_install_writes_each_wave_after_the_one_before() {
         &applies,
         "the ServiceAccount before the bindings",
         is("serviceaccounts"),
+        is("rolebindings"),
+    );
+    // A binding is checked against the role it references: sent first, it is refused (404).
+    before(
+        &applies,
+        "the ClusterRoles before the ClusterRoleBindings",
+        is("clusterroles"),
+        is("clusterrolebindings"),
+    );
+    before(
+        &applies,
+        "the Roles before the RoleBindings",
+        is("roles"),
         is("rolebindings"),
     );
     before(

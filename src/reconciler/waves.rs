@@ -3,9 +3,11 @@
 //!
 //! 1. [`Wave::Foundation`]: what others are made of or run as: CustomResourceDefinitions (before any
 //!    instance of them), Namespaces, ServiceAccounts, PriorityClasses.
-//! 2. [`Wave::Configuration`]: RBAC, ConfigMaps, Secrets (the operand's certificate Secrets among them),
-//!    Services, NetworkPolicies.
-//! 3. [`Wave::Workloads`]: Deployments, the webhook configurations (which carry the CA of the certificate
+//! 2. [`Wave::Configuration`]: Roles and ClusterRoles, ConfigMaps, Secrets (the operand's certificate Secrets
+//!    among them), Services, NetworkPolicies.
+//! 3. [`Wave::Workloads`]: RoleBindings and ClusterRoleBindings (the API server resolves the role a binding
+//!    references to check that its creator holds what it grants, and refuses a binding whose role does not
+//!    exist yet with 404), Deployments, the webhook configurations (which carry the CA of the certificate
 //!    Secrets of wave 2), and every kind not named here (custom resources included, which come after the
 //!    CRDs of wave 1).
 
@@ -20,9 +22,9 @@ pub const CONCURRENCY: usize = 24;
 pub enum Wave {
     /// CRDs, Namespaces, ServiceAccounts, PriorityClasses.
     Foundation,
-    /// RBAC, ConfigMaps, Secrets, Services, NetworkPolicies.
+    /// Roles, ClusterRoles, ConfigMaps, Secrets, Services, NetworkPolicies.
     Configuration,
-    /// Deployments, webhook configurations and every kind not named in another wave.
+    /// Role bindings, Deployments, webhook configurations and every kind not named in another wave.
     Workloads,
 }
 
@@ -34,8 +36,7 @@ impl Wave {
     pub fn of(kind: &str) -> Wave {
         match kind {
             "CustomResourceDefinition" | "Namespace" | "ServiceAccount" | "PriorityClass" => Wave::Foundation,
-            "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding" | "ConfigMap" | "Secret" | "Service"
-            | "NetworkPolicy" => Wave::Configuration,
+            "ClusterRole" | "Role" | "ConfigMap" | "Secret" | "Service" | "NetworkPolicy" => Wave::Configuration,
             _ => Wave::Workloads,
         }
     }
@@ -134,9 +135,13 @@ mod tests {
         ] {
             assert!(Wave::of(used) < Wave::of("Deployment"), "{used}");
         }
-        // Bindings after the ServiceAccounts they name.
+        // Bindings after the ServiceAccounts they name and the roles they reference (the escalation check
+        // resolves the role: a binding sent before it is refused with 404).
         assert!(Wave::of("ServiceAccount") < Wave::of("RoleBinding"));
         assert!(Wave::of("ServiceAccount") < Wave::of("ClusterRoleBinding"));
+        assert!(Wave::of("Role") < Wave::of("RoleBinding"));
+        assert!(Wave::of("ClusterRole") < Wave::of("ClusterRoleBinding"));
+        assert!(Wave::of("ClusterRole") < Wave::of("RoleBinding"));
     }
 
     #[test]

@@ -98,11 +98,28 @@ impl W {
         self.done_after_pending = true;
     }
 
-    /// Moves history events after the cursor into `pending`.
+    /// Moves history events after the cursor into `pending`, in batches, until one of them is for this watch
+    /// or the history is read to its end: a batch of nothing but other resources' events must not leave the
+    /// rest unread until the next change wakes the watch.
     fn pull(&mut self) {
-        match self.st.store.events_since(self.cursor, 1024) {
-            Err(oldest) => self.gone(oldest),
+        const BATCH: usize = 1024;
+        loop {
+            let read = self.pull_batch(BATCH);
+            if read < BATCH || !self.pending.is_empty() || self.done_after_pending {
+                return;
+            }
+        }
+    }
+
+    /// One batch of [`W::pull`]: how many history events it read.
+    fn pull_batch(&mut self, max: usize) -> usize {
+        match self.st.store.events_since(self.cursor, max) {
+            Err(oldest) => {
+                self.gone(oldest);
+                0
+            }
             Ok(evs) => {
+                let read = evs.len();
                 let gr = self.t.gr();
                 for e in evs {
                     self.cursor = e.rv;
@@ -149,6 +166,7 @@ impl W {
                     };
                     self.pending.push_back(l);
                 }
+                read
             }
         }
     }

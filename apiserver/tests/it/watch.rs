@@ -70,6 +70,44 @@ async fn resume_from_resource_version() {
     assert_eq!(got, ["a", "c"]);
 }
 
+/// A watch resumed from a resourceVersion behind more than a batch (1024) of other resources' events still
+/// delivers its own events at once, without waiting for the next write to wake it (the manager's watches
+/// resume that way after a cut stream; a busy cluster writes Leases, Events and Pods meanwhile).
+#[tokio::test]
+async fn a_resumed_watch_behind_a_long_history_of_other_resources_is_not_stalled() {
+    let srv = start().await;
+    let client = srv.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let first = cms.create(&PostParams::default(), &cm("first")).await.unwrap();
+    let rv = first.metadata.resource_version.unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "default");
+    let patch = Patch::Merge(json!({"data": {"n": "0"}}));
+    for i in 0..1100 {
+        let p = Patch::Merge(json!({"data": {"n": i.to_string()}}));
+        cms.patch("first", &PatchParams::default(), if i == 0 { &patch } else { &p })
+            .await
+            .unwrap();
+    }
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(json!({"metadata": {"name": "after-the-backlog"}})).unwrap();
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    // Nothing is written from here on: the watch must find the Secret in the history by itself.
+    let mut w = secrets
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let event = tokio::time::timeout(Duration::from_secs(3), w.try_next())
+        .await
+        .expect("the Secret's event arrives without another write")
+        .expect("no error")
+        .expect("stream not ended");
+    match event {
+        WatchEvent::Added(s) => assert_eq!(s.metadata.name.as_deref(), Some("after-the-backlog")),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn watch_selectors_and_single_name() {
     let srv = start().await;

@@ -620,6 +620,10 @@ pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut
         if *stop.borrow() {
             break;
         }
+        if *leader.borrow() {
+            // The controller ended while we lead (stuck at its start): a new term begins at once.
+            continue;
+        }
         tracing::info!("lost the lease: not reconciling");
     }
     // The reconciler has stopped: hand the Lease over.

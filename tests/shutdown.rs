@@ -227,6 +227,15 @@ impl Proxy {
         Self { addr, backends }
     }
 
+    /// Whether the endpoints list `replica` as ready (what the API server's calls through the Service see).
+    fn serves(&self, replica: &Replica) -> bool {
+        self.backends
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b.1 == replica.webhook && b.2)
+    }
+
     fn add(&self, replica: &Replica) {
         self.backends
             .lock()
@@ -361,13 +370,20 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
     let proxy = Proxy::start().await;
     let mut a = Replica::start("manager-a", &kubeconfig, proxy.addr, &dir);
     proxy.add(&a);
-    eventually(Duration::from_secs(30), "manager-a ready and leading", || async {
-        ready(a.health).await && holder(&client).await == "manager-a"
-    })
+    eventually(
+        Duration::from_secs(30),
+        "manager-a ready, leading and in the endpoints",
+        || async { ready(a.health).await && holder(&client).await == "manager-a" && proxy.serves(&a) },
+    )
     .await;
     let mut b = Replica::start("manager-b", &kubeconfig, proxy.addr, &dir);
     proxy.add(&b);
-    eventually(Duration::from_secs(30), "manager-b ready", || ready(b.health)).await;
+    eventually(
+        Duration::from_secs(30),
+        "manager-b ready and in the endpoints",
+        || async { ready(b.health).await && proxy.serves(&b) },
+    )
+    .await;
 
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
     crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))

@@ -60,6 +60,8 @@ struct Term {
     failures: AtomicU32,
     /// When the retry of a failed reconcile is due, and whether a trigger was deferred to it ([`Gate`]).
     gate: Mutex<Gate>,
+    /// Passes begun in this term (the controller's start watchdog looks for the first).
+    passes: std::sync::atomic::AtomicU64,
     /// The operand Secrets we created, anywhere in the cluster (metadata only), kept by a watch that
     /// `controller::run` starts: drift reads them on every pass without a cluster-wide list.
     operand_secrets: RwLock<Option<Store<PartialObjectMeta<Secret>>>>,
@@ -76,6 +78,7 @@ impl Term {
             deleting: AtomicBool::new(false),
             failures: AtomicU32::new(0),
             gate: Mutex::new(Gate::default()),
+            passes: std::sync::atomic::AtomicU64::new(0),
             operand_secrets: RwLock::new(None),
         }
     }
@@ -317,7 +320,14 @@ impl Context {
 
     /// A pass begins (see [`Gate::begin_pass`]).
     pub fn begin_pass(&self) {
-        clock(&self.term().gate).begin_pass();
+        let term = self.term();
+        term.passes.fetch_add(1, Ordering::SeqCst);
+        clock(&term.gate).begin_pass();
+    }
+
+    /// Passes begun in this term.
+    pub fn passes(&self) -> u64 {
+        self.term().passes.load(Ordering::SeqCst)
     }
 
     /// A pass succeeded: the failures and the retry clock are reset. True when a trigger was deferred while

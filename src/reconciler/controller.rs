@@ -336,7 +336,7 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown.clone())
-        .run(super::reconcile, error_policy, ctx)
+        .run(super::reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");
@@ -344,8 +344,41 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         });
     tokio::select! {
         () = controller => {}
-        () = give_up_waiting(shutdown, crs_ready) => {}
+        () = give_up_waiting(shutdown, crs_ready.clone()) => {}
+        () = watch_the_start(&ctx, &crs_ready) => {}
     }
+}
+
+/// How long a controller may go after it starts before its first list of BtpOperators is done and, when one
+/// exists, its first pass has begun.
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Whether a controller that started `elapsed` ago is stuck: past [`START_DEADLINE`] without its first list
+/// of BtpOperators (`listed`), or with a BtpOperator listed (`crs > 0`) and no pass begun. Pure.
+pub fn stuck_at_start(elapsed: Duration, listed: bool, crs: usize, passes: u64) -> bool {
+    elapsed >= START_DEADLINE && (!listed || (crs > 0 && passes == 0))
+}
+
+/// Resolves when the controller started here is stuck at its start (see [`stuck_at_start`]): its term then
+/// ends, and `lead_and_reconcile` starts a new one while it still leads. A leader whose controller never
+/// reconciles would leave the CR's status frozen with nothing in the logs: the watches and lists have no
+/// call budget (a watch is meant to stay open), so one that never answers would hold it forever.
+async fn watch_the_start(ctx: &Context, crs: &Store<BtpOperator>) {
+    use futures::FutureExt as _;
+    let started = tokio::time::Instant::now();
+    tokio::time::sleep(START_DEADLINE).await;
+    let listed = matches!(crs.wait_until_ready().now_or_never(), Some(Ok(())));
+    let count = if listed { crs.state().len() } else { 0 };
+    if !stuck_at_start(started.elapsed(), listed, count, ctx.passes()) {
+        // Started: nothing more to watch for in this term.
+        return std::future::pending().await;
+    }
+    tracing::error!(
+        listed,
+        after = ?started.elapsed(),
+        "the controller has not reconciled since it started (first list of BtpOperators {}); restarting it",
+        if listed { "done, no pass began" } else { "not done" }
+    );
 }
 
 /// How long a graceful shutdown may let the in-flight reconcile run before it is dropped.
@@ -368,6 +401,19 @@ async fn give_up_waiting(shutdown: impl std::future::Future<Output = ()>, crs_re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_controller_is_stuck_at_its_start_without_its_first_list_or_first_pass() {
+        let late = START_DEADLINE + Duration::from_millis(1);
+        assert!(
+            !stuck_at_start(Duration::from_secs(1), false, 0, 0),
+            "not before the deadline"
+        );
+        assert!(stuck_at_start(late, false, 0, 0), "no first list");
+        assert!(stuck_at_start(late, true, 1, 0), "a CR listed and no pass");
+        assert!(!stuck_at_start(late, true, 0, 0), "nothing to reconcile is not stuck");
+        assert!(!stuck_at_start(late, true, 1, 1), "a pass began");
+    }
 
     #[test]
     fn only_status_changes_are_filtered_out() {

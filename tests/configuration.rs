@@ -13,24 +13,6 @@ use std::time::{Duration, Instant};
 
 const DEPLOYMENT: &str = "sap-btp-operator-controller-manager";
 
-/// Mark the operand Deployment (not) available, as its controller would.
-async fn set_available(env: &Env, available: bool) {
-    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
-    eventually(Duration::from_secs(10), "the operand Deployment exists", || async {
-        deployments.get_opt(DEPLOYMENT).await.unwrap().is_some()
-    })
-    .await;
-    let status = if available { "True" } else { "False" };
-    let patch = serde_json::json!({"status": {"conditions": [
-        {"type": "Available", "status": status, "reason": "Test", "message": "set by the test"},
-        {"type": "Progressing", "status": "True", "reason": "Test", "message": "set by the test"},
-    ]}});
-    deployments
-        .patch_status(DEPLOYMENT, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn zero_requeue_intervals_mean_no_periodic_requeue_and_no_spin() {
     let config = Config {

@@ -18,14 +18,12 @@ use btp_apiserver::{FaultRule, RunningApiServer};
 use btp_manager::config::Config;
 use btp_manager::reconciler::{self, cluster::CALL_BUDGET, controller::SHUTDOWN_GRACE};
 use common::*;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams};
 use std::time::{Duration, Instant};
 
 /// The shipped ServiceAccount (`deploy/`), as the harness installs its RBAC for it.
 const MANAGER: &str = "system:serviceaccount:kyma-system:btp-manager-controller-manager";
-const DEPLOYMENT: &str = "sap-btp-operator-controller-manager";
 const OPERAND_CONFIGMAP: &str = "sap-btp-operator-config";
 
 fn options(reconcile: bool) -> StartOptions {
@@ -105,23 +103,6 @@ async fn wait_for_request(
         async move { found }
     })
     .await;
-}
-
-async fn set_available(env: &Env, available: bool) {
-    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
-    eventually(Duration::from_secs(10), "the operand Deployment exists", || async {
-        deployments.get_opt(DEPLOYMENT).await.unwrap().is_some()
-    })
-    .await;
-    let status = if available { "True" } else { "False" };
-    let patch = serde_json::json!({"status": {"conditions": [
-        {"type": "Available", "status": status, "reason": "Test", "message": "set by the test"},
-        {"type": "Progressing", "status": "True", "reason": "Test", "message": "set by the test"},
-    ]}});
-    deployments
-        .patch_status(DEPLOYMENT, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
 }
 
 async fn operand_cluster_id(env: &Env) -> Option<String> {

@@ -615,3 +615,23 @@ pub async fn reconcile_now(env: &Env) {
     })
     .await;
 }
+
+/// Mark the operand Deployment (not) available, as its controller would (once the manager created it).
+pub async fn set_available(env: &Env, available: bool) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    let name = names::operand::DEPLOYMENT;
+    eventually(Duration::from_secs(10), "the operand Deployment exists", || async {
+        deployments.get_opt(name).await.unwrap().is_some()
+    })
+    .await;
+    let status = if available { "True" } else { "False" };
+    let patch = serde_json::json!({"status": {"conditions": [
+        {"type": "Available", "status": status, "reason": "Test", "message": "set by the test"},
+        {"type": "Progressing", "status": "True", "reason": "Test", "message": "set by the test"},
+    ]}});
+    deployments
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}

@@ -622,6 +622,7 @@ pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut
         }
         if *leader.borrow() {
             // The controller ended while we lead (stuck at its start): a new term begins at once.
+            tracing::info!("the controller's term ended while leading: a new one begins");
             continue;
         }
         tracing::info!("lost the lease: not reconciling");
@@ -676,6 +677,7 @@ async fn elect(
             changed = current.changed() => match changed {
                 Ok(now) => {
                     leading = now;
+                    tracing::info!(leading = now, "leader election: this replica {} the Lease", if now { "holds" } else { "no longer holds" });
                     let _ = leader_tx.send(now);
                 }
                 Err(e) => {

@@ -73,6 +73,10 @@ const MAX_REQUESTS_PER_ITERATION: usize = 4000;
 const MAX_REQUESTS_AT_REST: usize = 100;
 /// How long the manager is watched at rest.
 const AT_REST: Duration = Duration::from_millis(500);
+/// How many more windows are watched when a leadership term began within a window of the one measured (the
+/// start of a term, about 60 requests of lists and watches, is not a loop): a loop that does not come to rest
+/// fails every window.
+const AT_REST_REMEASURES: usize = 2;
 
 /// What to run: the seed and the iterations.
 struct Plan {
@@ -150,22 +154,45 @@ impl Drop for Progress {
     }
 }
 
-/// The last lines the manager logged (all managers of this process: one runs at a time).
+/// The last lines the manager logged (all managers of this process: one runs at a time), and when the last
+/// leadership term began.
 #[derive(Clone, Default)]
-struct RecentLogs(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+struct RecentLogs {
+    lines: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    last_term: Arc<std::sync::Mutex<Option<Instant>>>,
+}
 
 impl RecentLogs {
     const KEEP: usize = 3000;
+    /// What the manager logs when a leadership term begins (`app::lead_and_reconcile`).
+    const TERM_BEGINS: &'static str = "leading: reconciling";
 
     fn text(&self) -> String {
-        self.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+        self.lines
+            .lock()
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether a leadership term began at or after `since`.
+    fn term_began_since(&self, since: Instant) -> bool {
+        self.last_term
+            .lock()
+            .map(|t| t.is_some_and(|t| t >= since))
+            .unwrap_or(false)
     }
 }
 
 impl std::io::Write for RecentLogs {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut lines) = self.0.lock() {
-            lines.push_back(String::from_utf8_lossy(buf).into_owned());
+        let line = String::from_utf8_lossy(buf).into_owned();
+        if line.contains(Self::TERM_BEGINS) {
+            if let Ok(mut last) = self.last_term.lock() {
+                *last = Some(Instant::now());
+            }
+        }
+        if let Ok(mut lines) = self.lines.lock() {
+            lines.push_back(line);
             while lines.len() > Self::KEEP {
                 lines.pop_front();
             }
@@ -734,7 +761,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let started = Instant::now();
-    let (mut peak_rate, mut requests, mut quietest) = (0, 0, 0);
+    let (mut peak_rate, mut requests, mut quietest, mut at_rest_remeasured) = (0, 0, 0, 0);
 
     for iteration in plan.iterations.clone() {
         progress.iteration = iteration;
@@ -884,9 +911,24 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
             .await;
         progress.step("at rest");
         let log = server.request_log();
-        let before = log.len();
-        tokio::time::sleep(AT_REST).await; // the window measured, not a synchronization
-        let at_rest = log.since(before).iter().filter(|r| r.user == MANAGER_USER).count();
+        let mut remeasured = 0;
+        let at_rest = loop {
+            let (before, began) = (log.len(), Instant::now());
+            tokio::time::sleep(AT_REST).await; // the window measured, not a synchronization
+            let at_rest = log.since(before).iter().filter(|r| r.user == MANAGER_USER).count();
+            // A term that began within a window of this one (a lease taken over after a restart) sends its
+            // lists and watches into it: the next window tells whether the manager comes to rest.
+            let term_began = began
+                .checked_sub(AT_REST)
+                .is_some_and(|t| progress.logs.term_began_since(t));
+            if at_rest > MAX_REQUESTS_AT_REST && term_began && remeasured < AT_REST_REMEASURES {
+                println!("chaos: {at_rest} requests at rest in a window where a leadership term began; measured again");
+                remeasured += 1;
+                at_rest_remeasured += 1;
+                continue;
+            }
+            break at_rest;
+        };
         assert!(
             at_rest <= MAX_REQUESTS_AT_REST,
             "the converged manager sent {at_rest} requests in {AT_REST:?} (bound {MAX_REQUESTS_AT_REST})"
@@ -970,7 +1012,8 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
     let iterations = plan.iterations.end - plan.iterations.start;
     println!(
         "chaos: seed {}: {iterations} iterations in {:.1?}; {} restarts ({} kills), {} failed starts; the \
-         manager sent {requests} requests, at most {peak_rate} in one second and {quietest} in {AT_REST:?} at rest",
+         manager sent {requests} requests, at most {peak_rate} in one second and {quietest} in {AT_REST:?} at rest \
+         ({at_rest_remeasured} windows measured again after a leadership term began)",
         plan.seed,
         started.elapsed(),
         chaos.restarts,

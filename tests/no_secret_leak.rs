@@ -91,13 +91,29 @@ async fn the_canary_credential_appears_nowhere() {
         let status = serde_json::to_string(&cr.status).unwrap();
         assert!(!leaked(&status), "status leaks the credential: {status}");
     }
+    let events_v1: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
+    // Events are published in the background: wait for the last state change's (the second time Ready: a
+    // repeated Event is counted in its series), so that every Event of the scenario is looked at.
+    common::eventually(
+        Duration::from_secs(10),
+        "both Ready states' Events are recorded",
+        || async {
+            let events = events_v1.list(&ListParams::default()).await.unwrap().items;
+            let ready: i32 = events
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("ReconcileSucceeded"))
+                .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+                .sum();
+            ready >= 2
+        },
+    )
+    .await;
     let events: Api<Event> = Api::all(env.client.clone());
     let events = events.list(&ListParams::default()).await.unwrap();
     for e in &events.items {
         let text = serde_json::to_string(e).unwrap();
         assert!(!leaked(&text), "an Event leaks the credential: {text}");
     }
-    let events_v1: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
     let events_v1 = events_v1.list(&ListParams::default()).await.unwrap().items;
     assert!(!events_v1.is_empty(), "the manager records Events");
     for e in events_v1 {

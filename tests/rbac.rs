@@ -3,8 +3,8 @@
 //! The scenario runs the manager the way `btp-manager run --leader-elect` does, authenticated as its
 //! ServiceAccount against the embedded API server: leader election (`app::spawn_reconciler`), its own
 //! webhook certificates and configurations (`webhook_certs`), both webhooks called by the API server
-//! (the validating DELETE webhook counts ServiceInstances/ServiceBindings), provisioning to Ready with
-//! the operand's certificates, a credentials change (new cluster ID and credentials namespace), the CR's
+//! (the validating DELETE webhook counts ServiceInstances/ServiceBindings), provisioning to Ready with the
+//! operand's certificates over a legacy network policy (removed), a credentials change (new cluster ID and credentials namespace), the CR's
 //! deletion, and shutdown (the Lease released). Every request the ServiceAccount sent is then taken from
 //! the server's request log and evaluated against the Roles and ClusterRoles of `deploy/` bound to it
 //! (`common/rbac.rs`); so is every Role/ClusterRole the manager writes (the API server's escalation
@@ -139,7 +139,22 @@ async fn patch_required(env: &Env, string_data: Value) {
 }
 
 /// Provisioning to Ready (operand certificates included) and a credentials change.
+/// The network policy of versions before the current set (`network_policies::LEGACY_POLICY`).
+const LEGACY_NETWORK_POLICY: &str = "kyma-project.io--btp-operator-allow-to-webhook";
+
 async fn provision_and_change_credentials(env: &Env) {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    // An upgrade from a version that shipped the legacy network policy: the first pass removes it.
+    let policies: Api<NetworkPolicy> = Api::namespaced(env.client.clone(), NS);
+    let legacy: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": LEGACY_NETWORK_POLICY},
+        "spec": {"podSelector": {}},
+    }))
+    .expect("a NetworkPolicy");
+    policies
+        .create(&Default::default(), &legacy)
+        .await
+        .expect("the legacy network policy is created");
     env.create_secret(credentials(), true).await;
     env.create_cr(NS, names::BTP_OPERATOR_NAME).await;
     env.wait_for(
@@ -150,6 +165,10 @@ async fn provision_and_change_credentials(env: &Env) {
         Duration::from_secs(10),
     )
     .await;
+    assert!(
+        policies.get_opt(LEGACY_NETWORK_POLICY).await.expect("read").is_none(),
+        "the legacy network policy is removed"
+    );
     env.ensure_namespace("custom-creds").await;
     patch_required(
         env,

@@ -8,8 +8,8 @@ use crate::config::Config;
 use btp_api::BtpOperator;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Resource as _;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -34,7 +34,7 @@ pub struct Context {
     pub rbac_proxy_image: Option<String>,
     /// Reconcile metrics.
     pub metrics: ReconcileMetrics,
-    recorder: Recorder,
+    events: super::events::Events,
     /// This term's state.
     term: RwLock<Arc<Term>>,
 }
@@ -65,6 +65,9 @@ struct Term {
     /// The operand Secrets we created, anywhere in the cluster (metadata only), kept by a watch that
     /// `controller::run` starts: drift reads them on every pass without a cluster-wide list.
     operand_secrets: RwLock<Option<Store<PartialObjectMeta<Secret>>>>,
+    /// The credentials Secret (`namespace`, `name`, and the store of the watch on it) that
+    /// `controller::run` keeps: a pass reads it without a request.
+    required_secret: RwLock<Option<(String, String, Store<Secret>)>>,
 }
 
 impl Term {
@@ -80,6 +83,7 @@ impl Term {
             gate: Mutex::new(Gate::default()),
             passes: std::sync::atomic::AtomicU64::new(0),
             operand_secrets: RwLock::new(None),
+            required_secret: RwLock::new(None),
         }
     }
 }
@@ -125,13 +129,7 @@ impl Context {
         rbac_proxy_image: Option<String>,
         metrics: ReconcileMetrics,
     ) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "btp-manager".into(),
-                instance: None,
-            },
-        );
+        let events = super::events::Events::new(client.clone());
         let resources = Arc::new(resources);
         let term = Term::new(config.clone(), resources.clone(), Arc::new(Vec::new()));
         Self {
@@ -142,7 +140,7 @@ impl Context {
             image,
             rbac_proxy_image,
             metrics,
-            recorder,
+            events,
             term: RwLock::new(Arc::new(term)),
         }
     }
@@ -180,6 +178,28 @@ impl Context {
         use futures::FutureExt as _;
         let store = read(&self.term().operand_secrets)?;
         matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))).then_some(store)
+    }
+
+    /// Keep the credentials Secret `namespace`/`name` in `store` from now on (see [`Context::required_secret`]).
+    pub fn set_required_secret(&self, namespace: &str, name: &str, store: Store<Secret>) {
+        write(
+            &self.term().required_secret,
+            Some((namespace.to_string(), name.to_string(), store)),
+        );
+    }
+
+    /// The credentials Secret `namespace`/`name` as the watch on it last saw it (`Some(None)`: it does not
+    /// exist), once the watch's first list has completed; None before, or when the watch is on another
+    /// Secret: then the caller reads it itself. The watch brings a pass after every change it stores, so a
+    /// pass never acts on a Secret older than the change that brought it.
+    pub fn required_secret(&self, namespace: &str, name: &str) -> Option<Option<Secret>> {
+        use futures::FutureExt as _;
+        let (ns, n, store) = read(&self.term().required_secret)?;
+        if ns != namespace || n != name {
+            return None;
+        }
+        matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+            .then(|| store.get(&ObjectRef::new(name).within(namespace)).map(|s| (*s).clone()))
     }
 
     /// Install these network policies (unless a CR disables them), from now on and in every later term.
@@ -220,17 +240,15 @@ impl Context {
         write(&self.term().resources, Arc::new(module));
     }
 
-    /// Publish an Event on `reference`; a failure is logged, never fatal.
-    pub async fn publish(&self, event: Event, reference: &k8s_openapi::api::core::v1::ObjectReference) {
-        if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::warn!(error = %e, "publishing an Event");
-        }
+    /// Publish an Event on `reference` in the background ([`super::events`]): the pass goes on at once; a
+    /// failure is logged, never fatal.
+    pub fn publish(&self, event: Event, reference: k8s_openapi::api::core::v1::ObjectReference) {
+        self.events.publish(event, reference);
     }
 
     /// An Event on the BtpOperator saying which certificates were regenerated and why (no key material).
     /// The reference carries the CR's uid, which `kubectl describe` selects Events by.
-    pub async fn certificate_event(&self, cr: &BtpOperator, what: &str, decision: &btp_certs::operand::Decision) {
-        let reference = cr.object_ref(&());
+    pub fn certificate_event(&self, cr: &BtpOperator, what: &str, decision: &btp_certs::operand::Decision) {
         let event = Event {
             type_: EventType::Normal,
             reason: "CertificatesRegenerated".into(),
@@ -238,7 +256,7 @@ impl Context {
             action: "Reconcile".into(),
             secondary: None,
         };
-        self.publish(event, &reference).await;
+        self.publish(event, cr.object_ref(&()));
     }
 
     /// When the CR `uid` began waiting for the operand Deployment (now, on the first call of this wait), and

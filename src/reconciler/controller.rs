@@ -292,14 +292,33 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         .reflect(writer)
         .applied_objects()
         .predicate_filter(everything_but_status, kube::runtime::PredicateConfig::default());
+    // The credentials Secret, kept in a store that passes read (no request per pass): the store takes each
+    // change before the change brings a pass.
+    let (secret_store, secret_writer) = kube::runtime::reflector::store();
+    ctx.set_required_secret(&config.chart_namespace, &config.secret_name, secret_store);
+    let required_secret = watcher::watcher(
+        Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
+        by_name(&config.secret_name),
+    )
+    .backoff(WatchBackoff::default())
+    .reflect(secret_writer)
+    .touched_objects()
+    .filter_map({
+        let wake = waker(&ctx);
+        move |secret| {
+            std::future::ready(match secret {
+                Ok(secret) => wake(secret),
+                Err(e) => {
+                    tracing::debug!(error = %e, "credentials Secret watch");
+                    None
+                }
+            })
+        }
+    });
     let controller = Controller::for_stream(crs, reader)
         // The secondary watches share one backoff (kube's default would stretch every pause to 30 s).
         .trigger_backoff(WatchBackoff::default())
-        .watches(
-            Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
-            by_name(&config.secret_name),
-            waker(&ctx),
-        )
+        .reconcile_on(required_secret)
         .watches(
             Api::<Deployment>::namespaced(client.clone(), &config.chart_namespace),
             by_name(&config.deployment_name),
@@ -342,8 +361,14 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
                 tracing::debug!(error = %e, "controller event");
             }
         });
+    let asked = shutdown.clone();
     tokio::select! {
-        () = controller => {}
+        () = controller => {
+            if asked.now_or_never().is_none() {
+                // kube's controller ends only after a shutdown: anything else is a bug worth seeing.
+                tracing::error!("the controller ended without being asked to; restarting it");
+            }
+        }
         () = give_up_waiting(shutdown, crs_ready.clone()) => {}
         () = watch_the_start(&ctx, &crs_ready) => {}
     }

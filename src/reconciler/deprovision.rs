@@ -159,7 +159,7 @@ async fn credentials_namespace(cluster: &Cluster<'_>, config: &crate::config::Co
 /// Keep (or put back) the operand as provisioning would, without touching the status; problems are logged.
 async fn keep_operand(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) {
     let kept = async {
-        let observed = provision::observe(ctx, cluster).await?;
+        let observed = provision::observe(ctx, cluster, cr).await?;
         provision::converge(ctx, cluster, cr, observed, None, Reason::ReconcileFailed).await
     };
     match kept.await {

@@ -11,7 +11,7 @@
 //!   [`network_policies`], [`waves`] (the order of the apply), [`readiness`] (operand readiness and
 //!   `ReadyTimeout`), [`requeue`] (when a pass comes back, error backoff), [`deprovision_plan`] (the deletion
 //!   stages);
-//! - doing: [`cluster`] (every API read and write), [`status_writer`] (status and Events), [`context`]
+//! - doing: [`cluster`] (every API read and write), [`status_writer`] (status and Events), [`events`] (Events off the pass), [`context`]
 //!   (what passes share), [`error`] (how a step ends a pass early).
 
 pub mod cluster;
@@ -22,6 +22,7 @@ pub mod deprovision;
 pub mod deprovision_plan;
 pub mod drift;
 pub mod error;
+pub mod events;
 pub mod gate;
 pub mod metrics;
 pub mod network_policies;

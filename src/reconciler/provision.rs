@@ -2,8 +2,8 @@
 //! the required Secret, credentials drift, apply, readiness, `Ready`. Each step either continues or stops the
 //! pass with an outcome ([`Stop::Report`]) or a failure ([`Stop::Fail`]); [`run`] writes the final status.
 
-use super::cluster::ApplyError;
 use super::cluster::Cluster;
+use super::cluster::{ApplyError, ModuleReads};
 use super::context::Context;
 use super::credentials::{self, Credentials, Observed, SecretProblem};
 use super::drift;
@@ -58,7 +58,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
     // The pass's first reads (the required Secret, credentials drift) do not depend on the finalizer or the
     // first status: they go alongside. Nothing is written to the operand before the finalizer is in place,
     // and what the reads found is acted on only after the first status.
-    let (prelude, observed) = futures::join!(prelude, observe(ctx, &cluster));
+    let (prelude, observed) = futures::join!(prelude, observe(ctx, &cluster, cr));
     prelude?;
     let steps = async {
         let observed = observed?;
@@ -176,22 +176,34 @@ pub struct Converged {
 }
 
 /// What [`converge`] starts from, read before anything is written: the required Secret (validated, and its
-/// annotations) and the credentials drift observation.
+/// annotations), the credentials drift observation, and what the apply may write (its failure is the
+/// apply's, reported as the apply reports it).
 pub struct Observation {
     credentials: Credentials,
     required: std::collections::BTreeMap<String, String>,
     before: crate::reconciler::cluster::DriftObservation,
+    /// The module this pass applies (one snapshot for the reads and the apply).
+    module: std::sync::Arc<crate::reconciler::resources::ModuleResources>,
+    reads: Result<ModuleReads, ApplyError>,
 }
 
-/// Read what [`converge`] starts from (`MissingSecret`, `InvalidSecret` and the drift reads' reasons).
-pub async fn observe(ctx: &Context, cluster: &Cluster<'_>) -> Result<Observation, Stop> {
+/// Read what [`converge`] starts from (`MissingSecret`, `InvalidSecret` and the drift reads' reasons). Once
+/// the required Secret is read, the drift reads and the apply's reads go side by side: one round trip.
+pub async fn observe(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) -> Result<Observation, Stop> {
     let config = ctx.config();
+    let module = ctx.resources();
     let (credentials, required) = required_credentials(cluster, &config).await?;
-    let before = cluster.observe_drift(&credentials, &required, None).await?;
+    let policies_enabled = network_policies::enabled(cr.annotations());
+    let (before, reads) = futures::join!(
+        cluster.observe_drift(&credentials, &required, None),
+        cluster.read_module(&module, &credentials, policies_enabled),
+    );
     Ok(Observation {
         credentials,
         required,
-        before,
+        before: before?,
+        module,
+        reads,
     })
 }
 
@@ -211,6 +223,8 @@ pub async fn converge(
         credentials,
         required,
         before,
+        module,
+        reads,
     } = observed;
     if let Some(status) = progress {
         if status.state() == Some(State::Ready) {
@@ -219,19 +233,28 @@ pub async fn converge(
             }
         }
     }
-    cluster
-        .carry_out(&required, &drift::before_apply(&credentials, &before.observed), &before)
-        .await?;
+    let actions = drift::before_apply(&credentials, &before.observed);
+    cluster.carry_out(&required, &actions, &before).await?;
 
+    let apply_failed = |e: ApplyError| match e {
+        // The API server failed us: say so, and retry with backoff.
+        ApplyError::Api(_) => retry(failed)(e),
+        _ => report(failed)(e),
+    };
+    let reads = reads.map_err(apply_failed)?;
+    // The drift actions write the required Secret's annotations, the operand's cluster-ID Secret and Pod:
+    // none of them is the module's. Should a module carry one of them, what was read is read again.
+    let config = ctx.config();
+    let touched = actions
+        .delete_clusterid_secret_in
+        .as_ref()
+        .is_some_and(|ns| reads.includes("Secret", ns, drift::CLUSTER_ID_SECRET))
+        || reads.includes("Secret", &config.chart_namespace, &config.secret_name);
     let policies_enabled = network_policies::enabled(cr.annotations());
     let applied = cluster
-        .apply_module(cr, &ctx.resources(), &credentials, policies_enabled)
+        .apply_module(cr, &module, &credentials, policies_enabled, (!touched).then_some(reads))
         .await
-        .map_err(|e| match e {
-            // The API server failed us: say so, and retry with backoff.
-            ApplyError::Api(_) => retry(failed)(e),
-            _ => report(failed)(e),
-        })?;
+        .map_err(apply_failed)?;
     let mut operand_deployment = applied.operand_deployment;
 
     // What the drift invalidated (the operand restarts with the new settings); nothing to look at when the

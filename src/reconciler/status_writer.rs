@@ -1,5 +1,5 @@
 //! Writing the CR's status: only when it changes ([`super::status::next_status`]), with an Event on every
-//! state change.
+//! state change (published in the background, [`super::events`]).
 
 use super::context::Context;
 use super::error::{api_err, ApiError};
@@ -65,7 +65,7 @@ impl<'a> StatusWriter<'a> {
                 action: "Reconcile".into(),
                 secondary: None,
             };
-            self.ctx.publish(event, &self.cr.object_ref(&())).await;
+            self.ctx.publish(event, self.cr.object_ref(&()));
             tracing::info!(state = next.state.as_str(), reason = %outcome.reason, detail = %outcome.message, "BtpOperator state changed");
         }
         self.ctx.metrics.cr_state(Some(next.state.as_str()));

@@ -6,7 +6,7 @@ mod drift;
 mod removal;
 mod services;
 
-pub use apply::{Applied, ApplyError};
+pub use apply::{Applied, ApplyError, ModuleReads};
 pub use drift::{operand_secrets_selector, DriftObservation};
 pub use services::{services_resource, Counts, SERVICE_BINDING, SERVICE_INSTANCE};
 
@@ -233,8 +233,15 @@ impl<'a> Cluster<'a> {
             .map_err(api_err(action))
     }
 
-    /// The required credentials Secret, if it exists.
+    /// The required credentials Secret, if it exists: from the watch on it once it has listed (no request),
+    /// else read.
     pub async fn required_secret(&self) -> Result<Option<Secret>, ApiError> {
+        if let Some(cached) = self
+            .ctx
+            .required_secret(&self.config.chart_namespace, &self.config.secret_name)
+        {
+            return Ok(cached);
+        }
         let secrets = Api::<Secret>::namespaced(self.client(), &self.config.chart_namespace);
         retrying(|| secrets.get_opt(&self.config.secret_name))
             .await

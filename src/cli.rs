@@ -243,6 +243,28 @@ pub struct ReconcilerArgs {
     pub rbac_proxy_image: Option<String>,
 }
 
+impl ReconcilerArgs {
+    /// The reconciler's configuration from the flags (no path: the empty path, the built-in copy).
+    pub fn config(&self) -> crate::config::Config {
+        crate::config::Config {
+            chart_namespace: self.chart_namespace.clone(),
+            secret_name: self.secret_name.clone(),
+            config_name: self.config_name.clone(),
+            deployment_name: self.deployment_name.clone(),
+            resources_path: self.resources_path.clone().unwrap_or_default(),
+            manager_resources_path: self.manager_resources_path.clone().unwrap_or_default(),
+            processing_state_requeue_interval: self.processing_state_requeue_interval,
+            ready_state_requeue_interval: self.ready_state_requeue_interval,
+            ready_timeout: self.ready_timeout,
+            hard_delete_timeout: self.hard_delete_timeout,
+            hard_delete_check_interval: self.hard_delete_check_interval,
+            delete_request_timeout: self.delete_request_timeout,
+            enable_limited_cache: self.enable_limited_cache.clone(),
+            ..crate::config::Config::default()
+        }
+    }
+}
+
 /// Flags of `local`. It binds loopback ports of its own choosing unless told otherwise, and prints them.
 #[derive(Args, Debug, Clone)]
 pub struct LocalArgs {

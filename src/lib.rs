@@ -1,6 +1,9 @@
 //! BTP Manager: installs and manages the SAP BTP service operator, with admission webhooks.
 //!
-//! - `app`: the `run` command's wiring and the generated artifacts.
+//! - `app`: the `run` command, signals, and the generated artifacts.
+//! - `manager`: the one place the manager is wired (reconciler, leader election, webhooks, probes, shutdown),
+//!   for `run`, `local`, the tests and the benchmarks.
+//! - `tasks`: task plumbing (`AbortOnDrop`, stop signals) below the wiring and the reconciler.
 //! - `cli`: flags.
 //! - `webhook_certs`: the manager's own webhook certificates in the cluster.
 //! - `config`: runtime configuration (defaults, ConfigMap keys).
@@ -17,10 +20,12 @@ pub mod config;
 pub mod doctor;
 pub mod embedded;
 pub mod local;
+pub mod manager;
 pub mod objects;
 pub mod ops;
 pub mod reconciler;
 pub mod shipped;
+pub mod tasks;
 pub mod telemetry;
 pub mod watch_backoff;
 pub mod webhook_certs;

@@ -1,4 +1,5 @@
-//! Chaos: the whole manager (controller, webhook server, leader election; `app::start`, as `run` starts it)
+//! Chaos: the whole manager (controller, webhook server, leader election; `ManagerBuilder::start` with
+//! `run`'s options, as `run` starts it)
 //! goes through its life again and again while the API server fails about 10 % of the manager's requests
 //! (9 % 500 and 0.5 % 429 on any request, 3 % more 409 on creates and updates), cuts 5 % of watch streams
 //! at each event, and the manager is killed (as SIGKILL would: nothing finished, the Lease not released)
@@ -27,9 +28,9 @@ mod common;
 use btp_api::{names, BtpOperator, State};
 use btp_apiserver::RunningApiServer;
 use btp_certs::operand::{self as operand_certs, keys, Decision};
-use btp_manager::app;
 use btp_manager::cli::{Cli, Command, RunArgs};
 use btp_manager::config::Config;
+use btp_manager::manager::{self, manager_client, ManagerBuilder, Options};
 use btp_manager::reconciler::resources;
 use clap::Parser as _;
 use common::operand::{service_binding, service_instance, services};
@@ -258,7 +259,7 @@ fn charts() -> Charts {
 
 /// A running manager and the sender that asks it to shut down.
 struct Running {
-    manager: app::Manager,
+    manager: manager::Manager,
     term: watch::Sender<bool>,
 }
 
@@ -314,13 +315,9 @@ impl Chaos<'_> {
         let end = Instant::now() + STEP_DEADLINE;
         loop {
             let (term, term_rx) = watch::channel(false);
-            match app::start(
-                &args,
-                app::manager_client(self.server.kube_config_as(MANAGER_USER)).expect("a client"),
-                term_rx,
-            )
-            .await
-            {
+            let client = manager_client(self.server.kube_config_as(MANAGER_USER)).expect("a client");
+            let builder = ManagerBuilder::new(client, Options::run(&args)).expect("the chaos test's options");
+            match builder.start(term_rx).await {
                 Ok(manager) => {
                     self.running = Some(Running { manager, term });
                     return;

@@ -1,11 +1,11 @@
 //! The shipped RBAC (`deploy/`) is exactly what the manager uses.
 //!
-//! The scenario runs the manager the way `btp-manager run --leader-elect` does, authenticated as its
-//! ServiceAccount against the embedded API server: leader election (`app::spawn_reconciler`), its own
-//! webhook certificates and configurations (`webhook_certs`), both webhooks called by the API server
-//! (the validating DELETE webhook counts ServiceInstances/ServiceBindings), provisioning to Ready with the
-//! operand's certificates over a legacy network policy (removed), a credentials change (new cluster ID and credentials namespace), the CR's
-//! deletion, and shutdown (the Lease released). Every request the ServiceAccount sent is then taken from
+//! The scenario runs the manager the way `btp-manager run --leader-elect` does (`ManagerBuilder::start`
+//! with `run`'s options), authenticated as its ServiceAccount against the embedded API server: leader
+//! election, its own webhook certificates and configurations, both webhooks called by the API server
+//! (the validating DELETE webhook counts ServiceInstances/ServiceBindings), provisioning to Ready with
+//! the operand's certificates over a legacy network policy (removed), a credentials change (new cluster ID
+//! and credentials namespace), the CR's deletion, and shutdown (the Lease released). Every request the ServiceAccount sent is then taken from
 //! the server's request log and evaluated against the Roles and ClusterRoles of `deploy/` bound to it
 //! (`common/rbac.rs`); so is every Role/ClusterRole the manager writes (the API server's escalation
 //! check: the manager must hold each permission it grants). A request the shipped RBAC would deny fails
@@ -18,10 +18,9 @@ mod rbac;
 
 use btp_api::{names, State};
 use btp_apiserver::RequestRecord;
+use btp_manager::cli;
 use btp_manager::config::Config;
-use btp_manager::{app, cli, webhook_certs::WebhookCerts};
-use btp_webhooks::manifests::{Endpoint, WebhookManifests};
-use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
+use btp_manager::manager::{self, ManagerBuilder, Options, Reach};
 use clap::Parser as _;
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -31,7 +30,6 @@ use rbac::{Rbac, Request, Triple};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 const NS: &str = names::KYMA_SYSTEM;
@@ -63,36 +61,14 @@ fn objects_in(dir: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The manager as `run --leader-elect` wires it, under the ServiceAccount's identity.
+/// The manager as `run --leader-elect` wires it, under the ServiceAccount's identity, and the sender that
+/// asks it to shut down.
 struct Manager {
-    stop: tokio::sync::watch::Sender<bool>,
-    reconciler: tokio::task::JoinHandle<()>,
+    term: tokio::sync::watch::Sender<bool>,
+    manager: manager::Manager,
 }
 
 async fn start_manager(env: &Env) -> Manager {
-    let client = env.manager_client.clone();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
-    let manifests = WebhookManifests {
-        endpoint: Endpoint::Url(url),
-        match_conditions: app::match_conditions_supported(&client).await,
-        ..WebhookManifests::in_cluster(NS)
-    };
-    let policy = btp_certs::rotation::Policy::new(vec!["localhost".into()], vec!["127.0.0.1".parse().unwrap()]);
-    let certs = WebhookCerts::new(client.clone(), NS, names::webhook::CERT_SECRET_NAME, policy, manifests);
-    let cert = app::managed_webhook_certificate(certs, stop_rx.clone()).await.unwrap();
-    let state = WebhookState::new(
-        RulesConfig::default(),
-        Arc::new(KubeServiceCounter::new(client.clone())),
-    );
-    tokio::spawn(btp_webhooks::server::serve(
-        listener,
-        btp_webhooks::tls::server_config(cert).unwrap(),
-        btp_webhooks::router(state),
-        app::stopped(stop_rx.clone()),
-    ));
-
     let cli = cli::Cli::try_parse_from([
         "btp-manager".into(),
         "run".into(),
@@ -103,23 +79,33 @@ async fn start_manager(env: &Env) -> Manager {
         repo("module-resources").into_os_string(),
         "--manager-resources-path".into(),
         repo("manager-resources").into_os_string(),
+        "--webhook-bind-address=127.0.0.1:0".into(),
+        "--metrics-bind-address=127.0.0.1:0".into(),
+        "--health-probe-bind-address=127.0.0.1:0".into(),
+        "--shutdown-drain-delay=0s".into(),
     ])
     .unwrap();
     let cli::Command::Run(args) = cli.command else {
         unreachable!("parsed a run command")
     };
-    let mut registry = prometheus_client::registry::Registry::default();
-    let election = app::LeaderElection::new(client.clone(), NS, args.leader_election_lease_duration);
-    let metrics = btp_manager::reconciler::metrics::ReconcileMetrics::register(&mut registry);
-    let reconciler = app::spawn_reconciler(&args.reconciler, Some(election), client, metrics, stop_rx)
+    let mut options = Options::run(&args);
+    // Outside the cluster whatever the environment says: reached at https://127.0.0.1:<bound port>.
+    options.webhooks.reach = Reach::Run {
+        url: None,
+        in_cluster: false,
+    };
+    let (term, term_rx) = tokio::sync::watch::channel(false);
+    let manager = ManagerBuilder::new(env.manager_client.clone(), options)
+        .unwrap()
+        .start(term_rx)
         .await
         .unwrap();
-    Manager { stop, reconciler }
+    Manager { term, manager }
 }
 
 async fn lease_holder(env: &Env) -> String {
     Api::<Lease>::namespaced(env.client.clone(), NS)
-        .get_opt(app::LEADER_LEASE)
+        .get_opt(manager::LEADER_LEASE)
         .await
         .unwrap()
         .and_then(|l| l.spec)
@@ -345,8 +331,8 @@ async fn scenario(env: &Env) -> Vec<RequestRecord> {
     // The operation annotation: the manager removes it after the pass.
     reconcile_now(env).await;
     deprovision(env).await;
-    let _ = manager.stop.send(true);
-    tokio::time::timeout(Duration::from_secs(15), manager.reconciler)
+    let _ = manager.term.send(true);
+    tokio::time::timeout(Duration::from_secs(15), manager.manager.shut_down())
         .await
         .expect("the reconciler stops")
         .unwrap();

@@ -500,7 +500,7 @@ fn the_grace_period_covers_drain_and_in_flight_work() {
         .map(|v| btp_manager::config::parse_go_duration(v).expect("a duration"))
         .unwrap_or(Duration::from_secs(5));
     assert!(
-        drain + btp_manager::app::RECONCILER_STOP_BUDGET < grace,
+        drain + btp_manager::manager::RECONCILER_STOP_BUDGET < grace,
         "{drain:?} + reconcile budget vs {grace:?}"
     );
     let webhook_timeout = Duration::from_secs(5);

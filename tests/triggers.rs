@@ -371,21 +371,18 @@ async fn a_sustained_retry_after_cannot_hold_a_shutdown() {
     let Some(server) = embedded(&env) else {
         return env.stop().await;
     };
-    // The manager as `run --leader-elect` starts it, with the manager's client.
+    // The manager's reconciler as `run --leader-elect` starts it, with the manager's client.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let args = run_args();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let election =
-        btp_manager::app::LeaderElection::new(env.manager_client.clone(), names::KYMA_SYSTEM, Duration::from_secs(15));
-    let manager = btp_manager::app::spawn_reconciler(
-        &args.reconciler,
-        Some(election),
-        env.manager_client.clone(),
-        btp_manager::reconciler::metrics::ReconcileMetrics::register(&mut registry),
-        stop_rx,
-    )
-    .await
-    .unwrap();
+    let mut options = btp_manager::manager::Options::run(&args);
+    options.namespace = names::KYMA_SYSTEM.into();
+    options.leader_election = Some(Duration::from_secs(15));
+    let manager = btp_manager::manager::ManagerBuilder::new(env.manager_client.clone(), options)
+        .unwrap()
+        .start_reconciler(stop_rx)
+        .await
+        .unwrap()
+        .task;
     env.create_secret(credentials(), true).await;
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
     ready(&env).await;

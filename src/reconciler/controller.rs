@@ -277,9 +277,9 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     ctx.set_config(config.clone());
     let (trigger, triggered) = futures::channel::mpsc::unbounded();
     // Ends with this controller, however it ends (a dropped future included).
-    let _config_task = crate::app::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags, trigger)));
+    let _config_task = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags, trigger)));
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let _operand_secrets = crate::app::AbortOnDrop::new(tokio::spawn(keep_operand_secrets(ctx.clone())));
+    let _operand_secrets = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_operand_secrets(ctx.clone())));
 
     // The CR, without the updates that change only its status: the manager's own status writes must not
     // bring it back (that would bypass the error backoff: a failing pass that reports its failure would

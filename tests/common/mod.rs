@@ -14,11 +14,11 @@ pub mod operand;
 use btp_api::{names, BtpOperator, State};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
 use btp_manager::config::Config;
-use btp_manager::reconciler::{self, metrics::ReconcileMetrics, resources, Context};
+use btp_manager::manager::{ManagerBuilder, Options};
+use btp_manager::reconciler::Context;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,7 +73,7 @@ pub struct StartOptions {
     /// under that name); the harness keeps the admin client. None: one client for both.
     pub manager_user: Option<String>,
     /// Whether the harness runs the reconciler itself (false: the test starts the manager its own way,
-    /// e.g. through `app::spawn_reconciler` with leader election, using `Env::manager_client`).
+    /// e.g. through `ManagerBuilder` with leader election, using `Env::manager_client`).
     pub reconcile: bool,
 }
 
@@ -135,7 +135,7 @@ pub struct Env {
     pub ctx: Arc<Context>,
     config: Config,
     created_namespaces: std::sync::Mutex<Vec<String>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -154,7 +154,7 @@ impl Env {
             (Some(server), Some(user)) => server.kube_config_as(user),
             _ => config_of_admin,
         };
-        let manager_client = btp_manager::app::manager_client(manager_config).expect("the manager's client");
+        let manager_client = btp_manager::manager::manager_client(manager_config).expect("the manager's client");
         if server.is_none() {
             // A test that failed earlier could not clean up after itself (panics skip `stop`).
             cleanup(&client, &[]).await;
@@ -183,7 +183,7 @@ impl Env {
                 btp_apiserver::spawn_deployment_controller(client.clone());
             }
         }
-        let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile);
+        let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile).await;
         let backend = match (server, serial) {
             (Some(server), _) => Backend::Embedded(server),
             (None, serial) => Backend::Cluster {
@@ -206,7 +206,7 @@ impl Env {
     /// in-memory state, against the same API server.
     pub async fn restart_manager(&mut self) {
         self.stop_manager().await;
-        let (ctx, stop, task) = spawn_manager(&self.manager_client, self.config.clone(), true);
+        let (ctx, stop, task) = spawn_manager(&self.manager_client, self.config.clone(), true).await;
         self.ctx = ctx;
         self.stop = Some(stop);
         self.task = task;
@@ -214,7 +214,7 @@ impl Env {
 
     async fn stop_manager(&mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(task) = self.task.take() {
             task.abort();
@@ -325,7 +325,7 @@ impl Env {
 
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
@@ -351,33 +351,25 @@ impl Drop for OperandDouble {
     }
 }
 
-/// The manager's reconciler with the real module resources and network policies.
-fn spawn_manager(
+/// The manager's reconciler, wired as `run` wires it without leader election (the built-in module resources
+/// and network policies; `reconcile`: whether it runs, else only its context is made).
+async fn spawn_manager(
     client: &kube::Client,
     config: Config,
     reconcile: bool,
 ) -> (
     Arc<Context>,
-    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::watch::Sender<bool>,
     Option<tokio::task::JoinHandle<()>>,
 ) {
-    let module = resources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")).unwrap();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = ReconcileMetrics::register(&mut registry);
-    let policies = btp_manager::reconciler::network_policies::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("manager-resources"),
-    )
-    .unwrap();
-    let ctx = Arc::new(
-        Context::new(client.clone(), config, module, IMAGE.into(), None, metrics).with_network_policies(policies),
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = reconcile.then(|| {
-        tokio::spawn(reconciler::run(ctx.clone(), async move {
-            let _ = stopped.await;
-        }))
-    });
-    (ctx, stop, task)
+    let builder =
+        ManagerBuilder::new(client.clone(), Options::in_process(config, IMAGE)).expect("the manager's options");
+    let (stop, term) = tokio::sync::watch::channel(false);
+    if !reconcile {
+        return (builder.context(), stop, None);
+    }
+    let reconciler = builder.start_reconciler(term).await.expect("the reconciler starts");
+    (reconciler.ctx, stop, Some(reconciler.task))
 }
 
 /// Leave a real cluster as the test found it: the CRs (finalizers removed), the required Secret and config

@@ -46,6 +46,9 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
     let config = ctx.config();
     let cluster = Cluster::new(ctx, &config);
     let prelude = async {
+        // Before the first status, not beside it: the finalizer's patch of a CR without finalizers is
+        // guarded by the resourceVersion read (it must not replace a finalizer added meanwhile), and a
+        // status write beside it would change that version and fail it.
         cluster.add_finalizer(cr).await?;
         // A new CR is Initialized first. From Warning or Error there is no intermediate write: this pass's
         // outcome replaces the status directly, so a reconcile triggered by our own status write cannot flap

@@ -175,6 +175,26 @@ impl RecentLogs {
             .unwrap_or_default()
     }
 
+    /// The last `n` lines about leadership and controller terms.
+    fn leadership_lines(&self, n: usize) -> Vec<String> {
+        let Ok(lines) = self.lines.lock() else {
+            return Vec::new();
+        };
+        let mut found: Vec<String> = lines
+            .iter()
+            .rev()
+            .filter(|l| {
+                ["leader election", "leading", "the controller", "lost the lease"]
+                    .iter()
+                    .any(|k| l.contains(k))
+            })
+            .take(n)
+            .cloned()
+            .collect();
+        found.reverse();
+        found
+    }
+
     /// Whether a leadership term began at or after `since`.
     fn term_began_since(&self, since: Instant) -> bool {
         self.last_term
@@ -920,6 +940,10 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
                 .is_some_and(|t| progress.logs.term_began_since(t));
             if at_rest > MAX_REQUESTS_AT_REST && term_began && remeasured < AT_REST_REMEASURES {
                 println!("chaos: {at_rest} requests at rest in a window where a leadership term began; measured again");
+                // Why a term began while the manager was at rest: its recent leadership lines.
+                for line in progress.logs.leadership_lines(20) {
+                    print!("chaos:   {line}");
+                }
                 remeasured += 1;
                 at_rest_remeasured += 1;
                 continue;

@@ -20,22 +20,28 @@ fn binary(cwd: &Path) -> Command {
     cmd
 }
 
-#[test]
-fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
-    let dir = temp_dir("local-once");
-    assert!(!dir.join("module-resources").exists());
-    let out = binary(&dir)
+/// `local --once` run in `cwd`, its kubeconfig written to `dir`, and succeeded: its output and stdout.
+fn local_once(cwd: &Path, dir: &Path) -> (std::process::Output, String) {
+    let out = binary(cwd)
         .args(["local", "--once", "--timeout", "60s", "--kubeconfig"])
         .arg(dir.join("kubeconfig"))
         .output()
-        .expect("run btp-manager local --once");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .unwrap_or_else(|e| panic!("run btp-manager local --once in {}: {e}", cwd.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    (out, stdout)
+}
+
+#[test]
+fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
+    let dir = temp_dir("local-once");
+    assert!(!dir.join("module-resources").exists());
+    let (out, stdout) = local_once(&dir, &dir);
     assert!(
         stdout.contains("refused as expected: kyma-system/btpoperator-test"),
         "{stdout}"
@@ -67,18 +73,7 @@ fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
 #[test]
 fn local_started_from_the_root_directory_reaches_ready() {
     let dir = temp_dir("local-root");
-    let out = binary(Path::new("/"))
-        .args(["local", "--once", "--timeout", "60s", "--kubeconfig"])
-        .arg(dir.join("kubeconfig"))
-        .output()
-        .expect("run btp-manager local --once from /");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_, stdout) = local_once(Path::new("/"), &dir);
     assert!(stdout.contains("Ready / ReconcileSucceeded"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,10 +6,10 @@
 
 mod common;
 
-use btp_api::{names, State};
+use btp_api::{names, Reason};
 use btp_apiserver::{LatencyRule, RequestRecord};
 use btp_manager::config::Config;
-use common::{Env, StartOptions};
+use common::{copy_chart, temp_dir, Env, StartOptions};
 use std::time::Duration;
 
 fn slow(env: &Env, resource: &str) {
@@ -84,16 +84,8 @@ async fn a_cold_install_writes_what_must_come_first_first_and_the_rest_alongside
     // exist yet) or answered first.
     slow(&env, "clusterroles");
     slow(&env, "roles");
-    env.create_secret(common::credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(20),
-    )
-    .await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
     let log = env.request_log().expect("request log").entries();
     let applies = applies(&log);
     let is = |resource: &'static str| move |r: &RequestRecord| r.resource == resource;
@@ -157,17 +149,8 @@ async fn the_first_failure_in_the_plans_order_is_reported_and_what_needs_the_fai
     slow(&env, "configmaps");
     server.faults().fail(1.0, 403, Some("patch"), Some("configmaps"));
     server.faults().fail(1.0, 403, Some("patch"), Some("services"));
-    env.create_secret(common::credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Error,
-            "ProvisioningFailed",
-            Duration::from_secs(20),
-        )
-        .await;
+    env.create_secret_and_cr().await;
+    let cr = env.wait_cr(Reason::ProvisioningFailed, 20).await;
     let message = cr
         .status
         .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"))
@@ -198,16 +181,8 @@ async fn the_first_failure_in_the_plans_order_is_reported_and_what_needs_the_fai
 
 /// A chart of the module with a CRD of its own and an instance of it (a kind the plan does not name).
 fn chart_with_an_instance() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("btp-apply-waves-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("apply")).expect("chart dir");
-    std::fs::create_dir_all(dir.join("delete")).expect("chart dir");
-    let module = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources");
-    for entry in std::fs::read_dir(module.join("apply")).expect("module resources") {
-        let path = entry.expect("a file").path();
-        std::fs::copy(&path, dir.join("apply").join(path.file_name().expect("a name"))).expect("copy");
-    }
-    std::fs::copy(module.join("chart-version"), dir.join("chart-version")).expect("copy");
+    let dir = temp_dir("apply-waves");
+    copy_chart(&dir);
     let widgets = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
@@ -261,16 +236,8 @@ async fn an_instance_of_a_crd_of_the_module_is_written_after_the_crds() {
     )
     .await;
     slow_by(&env, "customresourcedefinitions", Duration::from_millis(300));
-    env.create_secret(common::credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(20),
-    )
-    .await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
     let log = server.request_log().entries();
     // The server-side applies (the test and the Deployment stand-in send none: creates and status writes).
     let manager: Vec<&RequestRecord> = log

@@ -6,7 +6,7 @@
 
 mod common;
 
-use btp_api::{names, BtpOperator, State};
+use btp_api::{names, BtpOperator};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
 use btp_manager::cli::{Cli, Command};
 use btp_manager::doctor::{self, Check, Report, Target, Verdict};
@@ -73,14 +73,7 @@ impl Cluster {
         crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
             .await
             .expect("the BtpOperator");
-        eventually(Duration::from_secs(20), "the BtpOperator is Ready", || async {
-            crs.get(names::BTP_OPERATOR_NAME)
-                .await
-                .ok()
-                .and_then(|c| c.status)
-                .is_some_and(|s| s.state == State::Ready)
-        })
-        .await;
+        eventually(Duration::from_secs(20), "the BtpOperator is Ready", || cr_ready(&crs)).await;
         cluster
     }
 

@@ -16,7 +16,7 @@ mod common;
 #[path = "common/rbac.rs"]
 mod rbac;
 
-use btp_api::{names, State};
+use btp_api::{names, Reason};
 use btp_apiserver::RequestRecord;
 use btp_manager::cli;
 use btp_manager::config::Config;
@@ -24,8 +24,8 @@ use btp_manager::manager::{self, ManagerBuilder, Options, Reach};
 use clap::Parser as _;
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams};
 use rbac::{Rbac, Request, Triple};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -113,17 +113,6 @@ async fn lease_holder(env: &Env) -> String {
         .unwrap_or_default()
 }
 
-async fn patch_required(env: &Env, string_data: Value) {
-    Api::<Secret>::namespaced(env.client.clone(), NS)
-        .patch(
-            names::REQUIRED_SECRET_NAME,
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({ "stringData": string_data })),
-        )
-        .await
-        .unwrap();
-}
-
 /// Provisioning to Ready (operand certificates included) and a credentials change.
 /// The network policy of versions before the current set (`network_policies::LEGACY_POLICY`).
 const LEGACY_NETWORK_POLICY: &str = "kyma-project.io--btp-operator-allow-to-webhook";
@@ -141,24 +130,15 @@ async fn provision_and_change_credentials(env: &Env) {
         .create(&Default::default(), &legacy)
         .await
         .expect("the legacy network policy is created");
-    env.create_secret(credentials(), true).await;
-    env.create_cr(NS, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        NS,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     assert!(
         policies.get_opt(LEGACY_NETWORK_POLICY).await.expect("read").is_none(),
         "the legacy network policy is removed"
     );
     env.ensure_namespace("custom-creds").await;
-    patch_required(
-        env,
-        serde_json::json!({"cluster_id": "cluster-2", "credentials_namespace": "custom-creds"}),
+    env.patch_secret(
+        serde_json::json!({"stringData": {"cluster_id": "cluster-2", "credentials_namespace": "custom-creds"}}),
     )
     .await;
     let configs: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
@@ -180,14 +160,7 @@ async fn provision_and_change_credentials(env: &Env) {
         },
     )
     .await;
-    env.wait_for(
-        NS,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
 }
 
 /// Restoring what someone deleted: the manager's own webhook configurations and certificate Secret, and
@@ -305,18 +278,10 @@ async fn restore_deleted(env: &Env) {
 /// Deleting the CR: the validating DELETE webhook counts ServiceInstances/ServiceBindings.
 /// Deprovisioning (issue 8) extends this: wait here until the CR and the module resources are gone.
 async fn deprovision(env: &Env) {
-    env.crs(NS)
-        .delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
-        .await
-        .unwrap();
-    let crs = env.crs(NS);
+    env.delete_cr().await;
     // The whole deprovisioning, as the manager's ServiceAccount: everything it installed is removed, then
     // its finalizer.
-    eventually(Duration::from_secs(15), "the CR is deprovisioned and gone", || {
-        let crs = crs.clone();
-        async move { crs.get_opt(names::BTP_OPERATOR_NAME).await.unwrap().is_none() }
-    })
-    .await;
+    env.wait_cr_gone(15).await;
 }
 
 /// The whole scenario; returns the ServiceAccount's requests.

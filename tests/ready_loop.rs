@@ -170,7 +170,7 @@ async fn ignore_touches_nothing() {
         async move { ctx.metrics.reconciles() >= 1 }
     })
     .await;
-    let cr = env.crs(NS).get(names::BTP_OPERATOR_NAME).await.unwrap();
+    let cr = env.cr().await;
     assert!(cr.status.is_none(), "no status written");
     assert!(cr.metadata.finalizers.unwrap_or_default().is_empty(), "no finalizer");
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NS);
@@ -261,15 +261,10 @@ async fn network_policies_follow_the_disable_annotation_and_spare_foreign_ones()
     .unwrap();
     policies.create(&PostParams::default(), &foreign).await.unwrap();
 
-    let annotate = |value: serde_json::Value| {
-        let crs = env.crs(NS);
-        async move {
-            let patch =
-                serde_json::json!({"metadata": {"annotations": {names::DISABLE_NETWORK_POLICIES_ANNOTATION: value}}});
-            crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .unwrap();
-        }
+    let annotate = |value| {
+        env.patch_cr(
+            serde_json::json!({"metadata": {"annotations": {names::DISABLE_NETWORK_POLICIES_ANNOTATION: value}}}),
+        )
     };
     annotate(serde_json::json!("TRUE")).await;
     eventually(Duration::from_secs(5), "managed policies removed", || async {
@@ -312,7 +307,7 @@ async fn the_legacy_network_policy_is_deleted() {
 async fn managed_versions(env: &Env) -> Vec<(String, String)> {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     let mut out = Vec::new();
-    let cr = env.crs(NS).get(names::BTP_OPERATOR_NAME).await.unwrap();
+    let cr = env.cr().await;
     out.push((
         "BtpOperator".to_string(),
         cr.metadata.resource_version.unwrap_or_default(),

@@ -8,10 +8,13 @@
 //! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
+pub mod eventually;
 pub mod install;
 pub mod operand;
 
-use btp_api::{names, BtpOperator, State};
+pub use eventually::*;
+
+use btp_api::{names, BtpOperator, Reason};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
 use btp_manager::config::Config;
 use btp_manager::manager::{ManagerBuilder, Options};
@@ -301,26 +304,74 @@ impl Env {
             .unwrap();
     }
 
-    /// Wait until the CR has `state` and `reason`; returns the CR as it was seen then (not read again: the
-    /// next pass may already have moved on).
-    pub async fn wait_for(&self, ns: &str, name: &str, state: State, reason: &str, deadline: Duration) -> BtpOperator {
-        let crs = self.crs(ns);
-        let end = tokio::time::Instant::now() + deadline;
-        loop {
-            let cr = crs.get_opt(name).await.ok().flatten();
-            let status = cr.as_ref().and_then(|c| c.status.clone());
-            let hit = status.as_ref().is_some_and(|s| {
-                s.state == state && s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason)
-            });
-            if let (true, Some(cr)) = (hit, cr) {
-                return cr;
-            }
-            assert!(
-                tokio::time::Instant::now() < end,
-                "{ns}/{name} did not reach {state:?}/{reason} within {deadline:?}; last status: {status:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    /// Create the credentials Secret ([`credentials`], labelled) and `kyma-system/btpoperator`.
+    pub async fn create_secret_and_cr(&self) {
+        self.create_secret(credentials(), true).await;
+        self.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    }
+
+    /// Merge `patch` into the credentials Secret `kyma-system/sap-btp-manager`.
+    pub async fn patch_secret(&self, patch: serde_json::Value) {
+        Api::<Secret>::namespaced(self.client.clone(), names::KYMA_SYSTEM)
+            .patch(
+                names::REQUIRED_SECRET_NAME,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// `kyma-system/btpoperator` as it is now.
+    pub async fn cr(&self) -> BtpOperator {
+        self.crs(names::KYMA_SYSTEM)
+            .get(names::BTP_OPERATOR_NAME)
+            .await
+            .unwrap()
+    }
+
+    /// Merge `patch` into `kyma-system/btpoperator`.
+    pub async fn patch_cr(&self, patch: serde_json::Value) {
+        self.crs(names::KYMA_SYSTEM)
+            .patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Delete `kyma-system/btpoperator` (the deletion is accepted; the manager's finalizer holds it).
+    pub async fn delete_cr(&self) {
+        self.crs(names::KYMA_SYSTEM)
+            .delete(names::BTP_OPERATOR_NAME, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Wait until `kyma-system/btpoperator` shows `reason` (and the state it goes with); the CR as it was seen
+    /// then.
+    pub async fn wait_cr(&self, reason: Reason, secs: u64) -> BtpOperator {
+        self.wait_cr_at(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME, reason, secs)
+            .await
+    }
+
+    /// [`Env::wait_cr`] for the BtpOperator `ns/name`.
+    pub async fn wait_cr_at(&self, ns: &str, name: &str, reason: Reason, secs: u64) -> BtpOperator {
+        wait_cr_in(&self.client, ns, name, reason, Duration::from_secs(secs)).await
+    }
+
+    /// Wait until `kyma-system/btpoperator` is gone.
+    pub async fn wait_cr_gone(&self, secs: u64) {
+        let crs = self.crs(names::KYMA_SYSTEM);
+        eventually(Duration::from_secs(secs), "the BtpOperator is gone", || cr_gone(&crs)).await;
+    }
+
+    /// The embedded API server, for a test that needs its fault injection; None (saying the test is not run)
+    /// on a real cluster.
+    pub fn embedded(&self) -> Option<&RunningApiServer> {
+        let server = self.server();
+        if server.is_none() {
+            eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
         }
+        server
     }
 
     pub async fn stop(mut self) {
@@ -555,57 +606,18 @@ pub fn credentials() -> serde_json::Value {
     })
 }
 
-/// Poll `check` until it is true; panic with `what` after `within`.
-pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// An environment with the credentials Secret and `kyma-system/btpoperator` in Ready.
 pub async fn ready_env(config: Config) -> Env {
     let env = Env::start(config, true).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     env
 }
 
 /// Force one reconcile of `kyma-system/btpoperator` and wait until it has run (the manager removes the
 /// annotation when the pass is over).
 pub async fn reconcile_now(env: &Env) {
-    let crs = env.crs(names::KYMA_SYSTEM);
-    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
-    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(5), "the reconcile annotation is consumed", || {
-        let crs = crs.clone();
-        async move {
-            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
-            !cr.metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key(names::OPERATION_ANNOTATION)
-        }
-    })
-    .await;
+    reconcile_now_in(&env.crs(names::KYMA_SYSTEM), Duration::from_secs(5)).await;
 }
 
 /// Mark the operand Deployment (not) available, as its controller would (once the manager created it).
@@ -626,4 +638,42 @@ pub async fn set_available(env: &Env, available: bool) {
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+}
+
+/// A loopback address with a port that was free a moment ago.
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    free_addr().port()
+}
+
+/// The kubectl to run: `$KUBECTL`, else the one on PATH (`scripts/test` installs it).
+pub fn kubectl() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
+}
+
+/// A fresh, empty directory `btp-<name>-<pid>` in the temporary directory, for one test.
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("btp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+/// Copy the built-in operand chart (`module-resources`: `apply/` and `chart-version`) to `dir`, with an empty
+/// `delete/`, for a test to change.
+pub fn copy_chart(dir: &std::path::Path) {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources");
+    std::fs::create_dir_all(dir.join("apply")).expect("the chart's apply/");
+    std::fs::create_dir_all(dir.join("delete")).expect("the chart's delete/");
+    for entry in std::fs::read_dir(source.join("apply")).expect("module-resources/apply") {
+        let path = entry.expect("a file").path();
+        std::fs::copy(&path, dir.join("apply").join(path.file_name().expect("a name"))).expect("copy");
+    }
+    std::fs::copy(source.join("chart-version"), dir.join("chart-version")).expect("copy chart-version");
 }

@@ -25,7 +25,7 @@ pub use webhooks::{Reach, WebhookOptions};
 
 use crate::reconciler::{self, metrics::ReconcileMetrics, network_policies, resources, Context};
 use crate::tasks::{stopped, AbortOnDrop, StopOnError};
-use crate::{embedded, ops};
+use crate::{manifests, ops};
 use anyhow::Context as _;
 use btp_webhooks::metrics::WebhookMetrics;
 use prometheus_client::registry::Registry;
@@ -64,13 +64,13 @@ impl ManagerBuilder {
         let module = resources::load(&config.resources_path).with_context(|| {
             format!(
                 "loading module resources from {}",
-                embedded::describe(&config.resources_path)
+                manifests::describe(&config.resources_path)
             )
         })?;
         let policies = network_policies::load(&config.manager_resources_path).with_context(|| {
             format!(
                 "loading network policies from {}",
-                embedded::describe(&config.manager_resources_path)
+                manifests::describe(&config.manager_resources_path)
             )
         })?;
         let mut registry = Registry::default();

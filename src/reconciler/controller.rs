@@ -79,7 +79,7 @@ pub async fn startup_config(client: &kube::Client, flags: &Config) -> Config {
 
 /// Log a ConfigMap key that was not applied; keys that are accepted but unused only when `first_time`.
 fn log_problem(problem: &crate::config::ConfigProblem, first_time: bool) {
-    let inert = crate::config::INERT_KEYS.iter().any(|(k, _)| *k == problem.key);
+    let inert = problem.not_used();
     if inert {
         if first_time {
             tracing::info!(key = %problem.key, reason = %problem.reason, "runtime ConfigMap key accepted");
@@ -92,7 +92,7 @@ fn log_problem(problem: &crate::config::ConfigProblem, first_time: bool) {
 /// Follow the runtime ConfigMap: on every change, `flags` (defaults and flags) with the ConfigMap's keys on
 /// top becomes the configuration; when it is deleted, the flags again (deleting reverts to the defaults).
 /// An invalid value keeps the one applied before; keys naming watched objects wait for a restart
-/// ([`crate::config::RESTART_KEYS`]). Each change triggers a reconcile.
+/// ([`crate::config::Applies::AtStart`]). Each change triggers a reconcile.
 async fn follow_config(
     ctx: Arc<Context>,
     flags: Config,
@@ -128,7 +128,7 @@ async fn follow_config(
             let mut effective = data.clone();
             for problem in &problems {
                 log_problem(problem, logged.insert(problem.key.clone()));
-                if crate::config::INERT_KEYS.iter().any(|(k, _)| *k == problem.key) {
+                if problem.not_used() {
                     continue;
                 }
                 match last_good.get(&problem.key) {

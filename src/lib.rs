@@ -6,8 +6,8 @@
 //! - `tasks`: task plumbing (`AbortOnDrop`, stop signals) below the wiring and the reconciler.
 //! - `cli`: flags.
 //! - `webhook_certs`: the manager's own webhook certificates in the cluster.
-//! - `config`: runtime configuration (the key table: flags, environment, ConfigMap keys, defaults; the
-//!   tables of docs/configuration.md).
+//! - `config`: runtime configuration (the key table: flags, defaults, ConfigMap keys; the settings snapshot a
+//!   pass reads).
 //! - `doctor`: `btp-manager doctor`, read-only health checks of a live installation.
 //! - `embedded`: the operand's manifests built into the binary (the default module resources);
 //!   `manifests`: loading them, built in or from a directory.

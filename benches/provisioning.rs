@@ -234,11 +234,12 @@ fn module_paths(ctx: &Context) -> Vec<String> {
             None => format!("{kind}s"),
         }
     };
-    let mut paths: Vec<String> = ctx
-        .resources()
+    let settings = ctx.settings();
+    let mut paths: Vec<String> = settings
+        .module
         .apply
         .iter()
-        .chain(ctx.network_policies().iter())
+        .chain(settings.network_policies.iter())
         .filter(|o| o["metadata"]["name"] != resources::OPERAND_CONFIGMAP)
         .map(|o| {
             format!(

@@ -6,9 +6,11 @@
 //! - `tasks`: task plumbing (`AbortOnDrop`, stop signals) below the wiring and the reconciler.
 //! - `cli`: flags.
 //! - `webhook_certs`: the manager's own webhook certificates in the cluster.
-//! - `config`: runtime configuration (defaults, ConfigMap keys).
+//! - `config`: runtime configuration (the key table: flags, defaults, ConfigMap keys; the settings snapshot a
+//!   pass reads).
 //! - `doctor`: `btp-manager doctor`, read-only health checks of a live installation.
-//! - `embedded`: the operand's manifests built into the binary (the default module resources).
+//! - `embedded`: the operand's manifests built into the binary (the default module resources);
+//!   `manifests`: loading them, built in or from a directory.
 //! - `local`: `btp-manager local`, everything against the embedded API server.
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
 //! - `shipped`: what `deploy/` installs, built in (for `local` and `doctor`).
@@ -21,6 +23,7 @@ pub mod doctor;
 pub mod embedded;
 pub mod local;
 pub mod manager;
+pub mod manifests;
 pub mod objects;
 pub mod ops;
 pub mod reconciler;

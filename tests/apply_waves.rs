@@ -232,7 +232,7 @@ async fn an_instance_of_a_crd_of_the_module_is_written_after_the_crds() {
     common::eventually(
         Duration::from_secs(10),
         "the chart with the Widget is in use",
-        || async { env.ctx.config().resources_path == chart },
+        || async { env.ctx.settings().config.resources_path == chart },
     )
     .await;
     slow_by(&env, "customresourcedefinitions", Duration::from_millis(300));

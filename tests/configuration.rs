@@ -187,7 +187,7 @@ async fn an_invalid_value_keeps_the_previous_one_and_watched_names_wait_for_a_re
     let env = ready_env(Config::default()).await;
     runtime_configmap(&env, serde_json::json!({"ReadyTimeout": "10s"})).await;
     eventually(Duration::from_secs(5), "ReadyTimeout applied", || async {
-        env.ctx.config().ready_timeout == Duration::from_secs(10)
+        env.ctx.settings().config.ready_timeout == Duration::from_secs(10)
     })
     .await;
     runtime_configmap(
@@ -197,10 +197,10 @@ async fn an_invalid_value_keeps_the_previous_one_and_watched_names_wait_for_a_re
     )
     .await;
     eventually(Duration::from_secs(5), "the new ConfigMap applied", || async {
-        env.ctx.config().enable_limited_cache == "false"
+        env.ctx.settings().config.enable_limited_cache == "false"
     })
     .await;
-    let config = env.ctx.config();
+    let config = env.ctx.settings().config.clone();
     assert_eq!(
         config.ready_timeout,
         Duration::from_secs(10),

@@ -102,7 +102,7 @@ async fn the_runtime_configmap_changes_the_operand_and_deleting_it_reverts() {
 #[tokio::test]
 async fn a_chart_upgrade_relabels_everything_and_removes_what_moved_to_delete() {
     let env = ready_env(Config::default()).await;
-    let old = env.ctx.resources();
+    let old = env.ctx.settings().module.clone();
     // The new chart renames the metrics Service; the old one is listed in delete/.
     let mut new = ModuleResources {
         chart_version: "v9.9.9".into(),
@@ -121,7 +121,10 @@ async fn a_chart_upgrade_relabels_everything_and_removes_what_moved_to_delete() 
         .cloned()
         .collect();
     assert_eq!(new.delete.len(), 1);
-    env.ctx.set_resources(new.clone());
+    env.ctx.set_settings(btp_manager::config::Settings {
+        module: std::sync::Arc::new(new.clone()),
+        ..(*env.ctx.settings()).clone()
+    });
     reconcile_now(&env).await;
 
     let services: Api<Service> = Api::namespaced(env.client.clone(), NS);

@@ -23,9 +23,10 @@ pub use probes::Probes;
 pub use shutdown::RECONCILER_STOP_BUDGET;
 pub use webhooks::{Reach, WebhookOptions};
 
-use crate::reconciler::{self, metrics::ReconcileMetrics, network_policies, resources, Context};
+use crate::config::Settings;
+use crate::ops;
+use crate::reconciler::{self, metrics::ReconcileMetrics, Context};
 use crate::tasks::{stopped, AbortOnDrop, StopOnError};
-use crate::{embedded, ops};
 use anyhow::Context as _;
 use btp_webhooks::metrics::WebhookMetrics;
 use prometheus_client::registry::Registry;
@@ -60,33 +61,14 @@ impl ManagerBuilder {
             .clone()
             .filter(|i| !i.is_empty())
             .context("SAP_BTP_SERVICE_OPERATOR (or --operand-image) must name the operand image")?;
-        let config = &options.config;
-        let module = resources::load(&config.resources_path).with_context(|| {
-            format!(
-                "loading module resources from {}",
-                embedded::describe(&config.resources_path)
-            )
-        })?;
-        let policies = network_policies::load(&config.manager_resources_path).with_context(|| {
-            format!(
-                "loading network policies from {}",
-                embedded::describe(&config.manager_resources_path)
-            )
-        })?;
+        let base = Settings::load(options.config.clone())?;
         let mut registry = Registry::default();
         let webhook_metrics = WebhookMetrics::register(&mut registry);
         let metrics = ReconcileMetrics::register(&mut registry);
-        let ctx = Context::new(
-            client.clone(),
-            config.clone(),
-            module,
-            image,
-            options.rbac_proxy_image.clone(),
-            metrics,
-        );
+        let ctx = Context::new(client.clone(), base, image, options.rbac_proxy_image.clone(), metrics);
         Ok(Self {
             client,
-            ctx: Arc::new(ctx.with_network_policies(policies)),
+            ctx: Arc::new(ctx),
             options,
             registry,
             webhook_metrics,

@@ -1,33 +1,31 @@
-//! What every reconcile shares: the client, the configuration, the operand's manifests, metrics, the Event
-//! recorder, and the few clocks that span passes (the `ReadyTimeout` wait and the hard-delete deadline).
+//! What every reconcile shares: the client, the settings (configuration and the operand's manifests, one
+//! snapshot per change), metrics, the Event recorder, and the few clocks that span passes (the
+//! `ReadyTimeout` wait and the hard-delete deadline).
 
 use super::gate::Gate;
 use super::metrics::ReconcileMetrics;
-use super::resources::ModuleResources;
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use btp_api::BtpOperator;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Resource as _;
-use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// Shared state of the controller. What belongs to one leadership term (one run of
 /// [`super::controller::run`]) is kept apart, in [`Term`], and starts fresh with each run
-/// ([`Context::begin_term`]); the rest (client, flags, the built-in manifests, metrics) lives as long as
+/// ([`Context::begin_term`]); the rest (client, flags, the manifests they name, metrics) lives as long as
 /// the process.
 pub struct Context {
     /// API client.
     pub client: kube::Client,
-    /// The configuration the process started with (defaults and flags); each term starts from it.
-    flags: Config,
-    /// The operand's manifests and network policies the process started with; each term starts from them.
-    base_resources: Arc<ModuleResources>,
-    base_network_policies: RwLock<Arc<Vec<Value>>>,
+    /// The settings the process started with (defaults and flags, and the manifests they name); each term
+    /// starts from them.
+    base: Arc<Settings>,
     /// `SAP_BTP_SERVICE_OPERATOR`.
     pub image: String,
     /// `KUBE_RBAC_PROXY`.
@@ -39,16 +37,13 @@ pub struct Context {
     term: RwLock<Arc<Term>>,
 }
 
-/// Everything that belongs to one leadership term: the running configuration (the runtime ConfigMap on top
-/// of the flags), the manifests it names, the clocks that span passes, the error backoff and the trigger
+/// Everything that belongs to one leadership term: the running settings (the runtime ConfigMap on top of
+/// the flags, and the manifests it names), the clocks that span passes, the error backoff and the trigger
 /// gate. A new term begins with [`Term::new`]: nothing carries over from the last one.
 struct Term {
-    /// Configuration; the runtime ConfigMap may change it.
-    config: RwLock<Config>,
-    /// The operand's manifests.
-    resources: RwLock<Arc<ModuleResources>>,
-    /// The operand's network policies (manager-resources/network-policies).
-    network_policies: RwLock<Arc<Vec<Value>>>,
+    /// The settings: the runtime follower publishes a new snapshot on every change
+    /// ([`Context::set_settings`]); a pass takes one at its start ([`Context::settings`]).
+    settings: watch::Sender<Arc<Settings>>,
     /// The `ReadyTimeout` clock: which CR (uid) waits for the operand Deployment, since when, and whether the
     /// wait began in `Ready`.
     waiting_since: Mutex<Option<(String, Instant, bool)>>,
@@ -71,11 +66,9 @@ struct Term {
 }
 
 impl Term {
-    fn new(config: Config, resources: Arc<ModuleResources>, network_policies: Arc<Vec<Value>>) -> Self {
+    fn new(settings: Arc<Settings>) -> Self {
         Self {
-            config: RwLock::new(config),
-            resources: RwLock::new(resources),
-            network_policies: RwLock::new(network_policies),
+            settings: watch::Sender::new(settings),
             waiting_since: Mutex::new(None),
             hard_delete: Mutex::new(None),
             deleting: AtomicBool::new(false),
@@ -120,23 +113,20 @@ fn write<T>(slot: &RwLock<T>, value: T) {
 }
 
 impl Context {
-    /// A context; `resources` are loaded by the caller.
+    /// A context; the manifests of `base` (the flags' settings) are loaded by the caller.
     pub fn new(
         client: kube::Client,
-        config: Config,
-        resources: ModuleResources,
+        base: Settings,
         image: String,
         rbac_proxy_image: Option<String>,
         metrics: ReconcileMetrics,
     ) -> Self {
         let events = super::events::Events::new(client.clone());
-        let resources = Arc::new(resources);
-        let term = Term::new(config.clone(), resources.clone(), Arc::new(Vec::new()));
+        let base = Arc::new(base);
+        let term = Term::new(base.clone());
         Self {
             client,
-            flags: config,
-            base_resources: resources,
-            base_network_policies: RwLock::new(Arc::new(Vec::new())),
+            base,
             image,
             rbac_proxy_image,
             metrics,
@@ -151,20 +141,32 @@ impl Context {
 
     /// A new leadership term begins (the controller starts): everything of the last term is forgotten —
     /// failures, the retry clock, deferred triggers, the deletion flag, the wait and hard-delete clocks,
-    /// the operand Secrets' store — and the configuration and manifests are again the ones the process
-    /// started with (the runtime ConfigMap is read again on top).
+    /// the operand Secrets' store — and the settings are again the ones the process started with (the
+    /// runtime ConfigMap is read again on top).
     pub fn begin_term(&self) {
-        let term = Term::new(
-            self.flags.clone(),
-            self.base_resources.clone(),
-            read(&self.base_network_policies),
-        );
-        write(&self.term, Arc::new(term));
+        write(&self.term, Arc::new(Term::new(self.base.clone())));
     }
 
     /// The configuration the process started with (defaults and flags, without the runtime ConfigMap).
     pub fn flags(&self) -> Config {
-        self.flags.clone()
+        self.base.config.clone()
+    }
+
+    /// The settings now: one immutable snapshot. A pass takes it once, at its start, and carries it
+    /// throughout (a change published meanwhile applies to the next pass).
+    pub fn settings(&self) -> Arc<Settings> {
+        self.term().settings.borrow().clone()
+    }
+
+    /// Publish the next settings (for this term): passes that begin from now on use them, and
+    /// [`Context::watch_settings`] sees the change.
+    pub fn set_settings(&self, next: Settings) {
+        self.term().settings.send_replace(Arc::new(next));
+    }
+
+    /// The settings of this term as they change: a receiver that has seen the current snapshot.
+    pub fn watch_settings(&self) -> watch::Receiver<Arc<Settings>> {
+        self.term().settings.subscribe()
     }
 
     /// Keep the operand Secrets in `store` from now on (see [`Context::operand_secrets`]).
@@ -200,44 +202,6 @@ impl Context {
         }
         matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
             .then(|| store.get(&ObjectRef::new(name).within(namespace)).map(|s| (*s).clone()))
-    }
-
-    /// Install these network policies (unless a CR disables them), from now on and in every later term.
-    pub fn with_network_policies(self, policies: Vec<Value>) -> Self {
-        let policies = Arc::new(policies);
-        write(&self.base_network_policies, policies.clone());
-        write(&self.term().network_policies, policies);
-        self
-    }
-
-    /// The operand's network policies now.
-    pub fn network_policies(&self) -> Arc<Vec<Value>> {
-        read(&self.term().network_policies)
-    }
-
-    /// Replace the network policies (for this term).
-    pub fn set_network_policies(&self, policies: Vec<Value>) {
-        write(&self.term().network_policies, Arc::new(policies));
-    }
-
-    /// The configuration now.
-    pub fn config(&self) -> Config {
-        read(&self.term().config)
-    }
-
-    /// Replace the configuration (for this term).
-    pub fn set_config(&self, next: Config) {
-        write(&self.term().config, next);
-    }
-
-    /// The operand's manifests now.
-    pub fn resources(&self) -> Arc<ModuleResources> {
-        read(&self.term().resources)
-    }
-
-    /// Replace the operand's manifests (for this term).
-    pub fn set_resources(&self, module: ModuleResources) {
-        write(&self.term().resources, Arc::new(module));
     }
 
     /// Publish an Event on `reference` in the background ([`super::events`]): the pass goes on at once; a

@@ -3,8 +3,8 @@
 
 use super::context::Context;
 use super::error::ReconcileError;
-use super::{network_policies, resources};
-use crate::config::Config;
+use super::network_policies;
+use crate::config::{self, Config, Settings};
 use crate::watch_backoff::WatchBackoff;
 use crate::BoxedFuture;
 use btp_api::{names, BtpOperator};
@@ -23,6 +23,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// The key every secondary watch maps to.
 pub fn the_cr() -> ObjectRef<BtpOperator> {
@@ -53,65 +54,43 @@ pub fn jitter() -> f64 {
 }
 
 /// The configuration the manager starts with: `flags` (defaults and flags) with the runtime ConfigMap's keys
-/// on top, read once directly (no label needed) before anything else starts, so that the first reconcile,
-/// the watches and the webhook rules all see it. A missing ConfigMap is not an error; an unreadable one is
-/// logged and the flags stay.
+/// on top ([`config::runtime::at_start`]), read once directly (no label needed) before anything else
+/// starts, so that the first reconcile, the watches and the webhook rules all see it. A missing ConfigMap
+/// is not an error; an unreadable one is logged and the flags stay.
 pub async fn startup_config(client: &kube::Client, flags: &Config) -> Config {
     use k8s_openapi::api::core::v1::ConfigMap;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &flags.chart_namespace);
-    let mut config = flags.clone();
     // Within one call's budget: a controller must not wait on an unanswered request before it starts.
     match super::cluster::retrying(|| api.get_opt(&flags.config_name)).await {
         Ok(Some(cm)) => {
-            let data = cm.data.unwrap_or_default();
-            for problem in config.apply_configmap(&data) {
-                log_problem(&problem, true);
-            }
+            let config = config::runtime::at_start(flags, &cm.data.unwrap_or_default());
             tracing::info!(configmap = %flags.config_name, "runtime configuration read at start");
+            config
         }
-        Ok(None) => {}
+        Ok(None) => flags.clone(),
         Err(e) => {
-            tracing::warn!(error = %super::error::summary(&e), "reading the runtime ConfigMap at start; using the flags")
+            tracing::warn!(error = %super::error::summary(&e), "reading the runtime ConfigMap at start; using the flags");
+            flags.clone()
         }
-    }
-    config
-}
-
-/// Log a ConfigMap key that was not applied; keys that are accepted but unused only when `first_time`.
-fn log_problem(problem: &crate::config::ConfigProblem, first_time: bool) {
-    let inert = crate::config::INERT_KEYS.iter().any(|(k, _)| *k == problem.key);
-    if inert {
-        if first_time {
-            tracing::info!(key = %problem.key, reason = %problem.reason, "runtime ConfigMap key accepted");
-        }
-    } else {
-        tracing::warn!(key = %problem.key, reason = %problem.reason, "runtime ConfigMap value not applied; the previous value stays");
     }
 }
 
-/// Follow the runtime ConfigMap: on every change, `flags` (defaults and flags) with the ConfigMap's keys on
-/// top becomes the configuration; when it is deleted, the flags again (deleting reverts to the defaults).
-/// An invalid value keeps the one applied before; keys naming watched objects wait for a restart
-/// ([`crate::config::RESTART_KEYS`]). Each change triggers a reconcile.
-async fn follow_config(
-    ctx: Arc<Context>,
-    flags: Config,
-    trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
-) {
+/// Follow the runtime ConfigMap: on every change (or its deletion), the [`config::Follower`] computes the
+/// next settings from `flags` and the running ones, and they are published as this term's
+/// ([`Context::set_settings`]); each one brings a reconcile ([`settings_changes`]).
+async fn follow_config(ctx: Arc<Context>, flags: Config) {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::runtime::watcher::Event as W;
-    let running = ctx.config();
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &running.chart_namespace);
+    let running = ctx.settings();
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &running.config.chart_namespace);
     let mut events = watcher::watcher(
         api,
-        watcher::Config::default().fields(&format!("metadata.name={}", running.config_name)),
+        watcher::Config::default().fields(&format!("metadata.name={}", running.config.config_name)),
     )
     // With backoff: a lost API server must not turn this into a busy loop.
     .backoff(WatchBackoff::default())
     .boxed();
-    let mut logged = std::collections::BTreeSet::new();
-    // The last value of each key that applied, for a later invalid one.
-    let mut last_good: std::collections::BTreeMap<String, String> = Default::default();
+    let mut follower = config::Follower::new(flags);
     while let Some(event) = events.next().await {
         let data = match event {
             Ok(W::Apply(cm)) | Ok(W::InitApply(cm)) => Some(cm.data.unwrap_or_default()),
@@ -122,55 +101,21 @@ async fn follow_config(
                 continue;
             }
         };
-        let mut next = flags.clone();
-        if let Some(data) = &data {
-            let problems = next.clone().apply_configmap(data);
-            let mut effective = data.clone();
-            for problem in &problems {
-                log_problem(problem, logged.insert(problem.key.clone()));
-                if crate::config::INERT_KEYS.iter().any(|(k, _)| *k == problem.key) {
-                    continue;
-                }
-                match last_good.get(&problem.key) {
-                    Some(previous) => effective.insert(problem.key.clone(), previous.clone()),
-                    None => effective.remove(&problem.key),
-                };
-            }
-            next.apply_configmap(&effective);
-            last_good = effective;
-        } else {
-            last_good.clear();
-        }
-        for key in next.keep_restart_only(&ctx.config()) {
-            tracing::warn!(
-                key,
-                "runtime ConfigMap: this key names watched objects and takes effect at the next start"
-            );
-        }
+        let next = follower.next(data.as_ref(), &ctx.settings());
         ctx.metrics.custom_config_applied(data.is_some());
-        let current = ctx.config();
-        if next.resources_path != current.resources_path {
-            match resources::load(&next.resources_path) {
-                Ok(module) => ctx.set_resources(module),
-                Err(e) => {
-                    tracing::warn!(error = %e, "module resources from the new ResourcesPath not loaded; the previous stay");
-                    next.resources_path = current.resources_path.clone();
-                }
-            }
-        }
-        if next.manager_resources_path != current.manager_resources_path {
-            match network_policies::load(&next.manager_resources_path) {
-                Ok(policies) => ctx.set_network_policies(policies),
-                Err(e) => {
-                    tracing::warn!(error = %e, "network policies from the new ManagerResourcesPath not loaded; the previous stay");
-                    next.manager_resources_path = current.manager_resources_path.clone();
-                }
-            }
-        }
-        ctx.set_config(next);
+        ctx.set_settings(next);
         tracing::info!(applied = data.is_some(), "configuration updated");
-        let _ = trigger.unbounded_send(the_cr());
     }
+}
+
+/// A reconcile of the CR for every settings snapshot published after `settings` last looked.
+fn settings_changes(
+    settings: watch::Receiver<Arc<Settings>>,
+) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
+    futures::stream::unfold(settings, |mut settings| async move {
+        settings.changed().await.ok()?;
+        Some((the_cr(), settings))
+    })
 }
 
 /// Keep the context's store of operand Secrets (metadata only, only ours, in every namespace) current,
@@ -260,24 +205,13 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     let flags = ctx.flags();
     let client = ctx.client.clone();
     let config = startup_config(&client, &flags).await;
-    if config.resources_path != flags.resources_path {
-        match resources::load(&config.resources_path) {
-            Ok(module) => ctx.set_resources(module),
-            Err(e) => {
-                tracing::warn!(error = %e, "module resources from ResourcesPath not loaded; the built-in ones stay")
-            }
-        }
-    }
-    if config.manager_resources_path != flags.manager_resources_path {
-        match network_policies::load(&config.manager_resources_path) {
-            Ok(policies) => ctx.set_network_policies(policies),
-            Err(e) => tracing::warn!(error = %e, "network policies from ManagerResourcesPath not loaded"),
-        }
-    }
-    ctx.set_config(config.clone());
-    let (trigger, triggered) = futures::channel::mpsc::unbounded();
+    ctx.set_settings(config::runtime::start(&ctx.settings(), config));
+    let settings = ctx.settings();
+    let config = &settings.config;
+    // Subscribed before the follower starts: every snapshot it publishes brings a reconcile.
+    let triggered = settings_changes(ctx.watch_settings());
     // Ends with this controller, however it ends (a dropped future included).
-    let _config_task = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags, trigger)));
+    let _config_task = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags)));
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
     let _operand_secrets = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_operand_secrets(ctx.clone())));
 

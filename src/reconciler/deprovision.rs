@@ -10,11 +10,17 @@ use super::provision::{self, End};
 use super::requeue::{Next, Requeue};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
+use crate::config::Settings;
 use btp_api::{names, BtpOperator, Reason};
 use kube::ResourceExt as _;
 
-/// Deprovision `cr` (its `deletionTimestamp` is set).
-pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Next, ReconcileError> {
+/// Deprovision `cr` (its `deletionTimestamp` is set) with the pass's `settings`.
+pub async fn run(
+    ctx: &Context,
+    settings: &Settings,
+    cr: &BtpOperator,
+    status: &mut StatusWriter<'_>,
+) -> Result<Next, ReconcileError> {
     if !cr.finalizers().iter().any(|f| f == names::FINALIZER) {
         // Not ours to finish (never provisioned, or already done).
         ctx.end_deletion();
@@ -22,8 +28,8 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
     }
     // From here on, deletions of ServiceInstances and ServiceBindings wake the reconciler.
     ctx.set_deleting(true);
-    let config = ctx.config();
-    let cluster = Cluster::new(ctx, &config);
+    let config = &settings.config;
+    let cluster = Cluster::new(ctx, settings);
     match steps(ctx, &cluster, cr, status).await {
         Ok(end) => {
             if let Some(outcome) = &end.report {
@@ -34,12 +40,12 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
                 ctx.metrics.cr_state(None);
                 ctx.end_deletion();
             }
-            Ok(end.next(&config))
+            Ok(end.next(config))
         }
         Err(Stop::Report(outcome)) if outcome.reason == Reason::ResourceRemovalFailed => {
             // Restore the operand, report, and retry with backoff.
             status.set(outcome.clone()).await?;
-            keep_operand(ctx, &cluster, cr).await;
+            keep_operand(&cluster, cr).await;
             Err(outcome.into())
         }
         Err(Stop::Retry(outcome)) => {
@@ -49,7 +55,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
         }
         Err(Stop::Report(outcome)) => {
             status.set(outcome.clone()).await?;
-            Ok(End::periodic(outcome).next(&config))
+            Ok(End::periodic(outcome).next(config))
         }
         Err(Stop::Fail(e)) => Err(e),
     }
@@ -61,7 +67,7 @@ async fn steps(
     cr: &BtpOperator,
     status: &mut StatusWriter<'_>,
 ) -> Result<End, Stop> {
-    let config = ctx.config();
+    let config = cluster.config();
     let uid = cr.uid().unwrap_or_default();
     let mut soft = plan::soft_deleting(status.state(), status.reason()) || ctx.hard_delete_given_up(&uid);
     if !soft {
@@ -71,7 +77,7 @@ async fn steps(
         if !plan::force_delete(cr.labels()) {
             if let Some(outcome) = plan::blocked(cluster.count_services().await?) {
                 // Blocked: the operand keeps running and stays healthy until the user decides.
-                keep_operand(ctx, cluster, cr).await;
+                keep_operand(cluster, cr).await;
                 return Ok(End::periodic(outcome));
             }
         }
@@ -103,7 +109,10 @@ async fn steps(
             .await?;
         soft_delete(cluster).await?;
     }
-    let (module, credentials_namespace) = (ctx.resources(), credentials_namespace(cluster, &config).await);
+    let (module, credentials_namespace) = (
+        cluster.settings().module.clone(),
+        credentials_namespace(cluster, config).await,
+    );
     cluster
         .remove_module_resources(&module, credentials_namespace.as_deref())
         .await
@@ -118,7 +127,7 @@ async fn steps(
 /// Delete every ServiceBinding, then every ServiceInstance (once per CR incarnation in this process), and
 /// judge what is left against `HardDeleteTimeout`.
 async fn hard_delete(ctx: &Context, cluster: &Cluster<'_>, uid: &str) -> Result<HardDelete, ApiError> {
-    let config = ctx.config();
+    let config = cluster.config();
     let (since, begins) = ctx.hard_delete_clock(uid);
     if begins {
         tracing::info!("hard delete: deleting every ServiceBinding, then every ServiceInstance");
@@ -157,10 +166,10 @@ async fn credentials_namespace(cluster: &Cluster<'_>, config: &crate::config::Co
 }
 
 /// Keep (or put back) the operand as provisioning would, without touching the status; problems are logged.
-async fn keep_operand(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) {
+async fn keep_operand(cluster: &Cluster<'_>, cr: &BtpOperator) {
     let kept = async {
-        let observed = provision::observe(ctx, cluster, cr).await?;
-        provision::converge(ctx, cluster, cr, observed, None, Reason::ReconcileFailed).await
+        let observed = provision::observe(cluster, cr).await?;
+        provision::converge(cluster, cr, observed, None, Reason::ReconcileFailed).await
     };
     match kept.await {
         Ok(_) => {}

@@ -39,6 +39,7 @@ pub use controller::{error_policy, run};
 pub use error::ReconcileError;
 pub use readiness::deployment_ready;
 
+use crate::config::Settings;
 use btp_api::{names, BtpOperator, Reason};
 use kube::runtime::controller::Action;
 use kube::{Resource as _, ResourceExt as _};
@@ -67,8 +68,10 @@ pub fn pass_budget(cr: &BtpOperator, config: &crate::config::Config) -> std::tim
 pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     ctx.begin_pass();
-    let budget = pass_budget(&cr, &ctx.config());
-    let result = match tokio::time::timeout(budget, reconcile_once(&cr, &ctx)).await {
+    // One snapshot of the settings for the whole pass: a change published meanwhile applies to the next.
+    let settings = ctx.settings();
+    let budget = pass_budget(&cr, &settings.config);
+    let result = match tokio::time::timeout(budget, reconcile_once(&cr, &ctx, &settings)).await {
         Ok(result) => result,
         Err(_) => Err(ReconcileError::OutOfTime { budget }),
     };
@@ -94,7 +97,7 @@ pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action
     }
 }
 
-async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, ReconcileError> {
+async fn reconcile_once(cr: &BtpOperator, ctx: &Context, settings: &Settings) -> Result<Next, ReconcileError> {
     let operation = cr.annotations().get(names::OPERATION_ANNOTATION).map(String::as_str);
     if operation == Some("ignore") {
         // Treated as if it did not exist: no status, no finalizer, no deletion.
@@ -115,15 +118,14 @@ async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, Reconci
     // it current, and removing the finalizer removes it).
     ctx.metrics.cr_state(status.state().map(btp_api::State::as_str));
     let action = if cr.meta().deletion_timestamp.is_some() {
-        deprovision::run(ctx, cr, &mut status).await?
+        deprovision::run(ctx, settings, cr, &mut status).await?
     } else {
         ctx.end_deletion();
-        provision::run(ctx, cr, &mut status).await?
+        provision::run(ctx, settings, cr, &mut status).await?
     };
     if operation == Some("reconcile") {
         // The forced pass has run; removing the annotation tells whoever set it.
-        let config = ctx.config();
-        cluster::Cluster::new(ctx, &config)
+        cluster::Cluster::new(ctx, settings)
             .remove_operation_annotation(cr)
             .await?;
     }
@@ -137,6 +139,26 @@ fn is_valid(cr: &BtpOperator) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_takes_its_settings_once() {
+        // `reconcile` takes the snapshot; the flows and the cluster get it handed down (`Cluster::settings`),
+        // so that a change published during a pass cannot reach part of it.
+        for (file, text) in [
+            ("provision.rs", include_str!("provision.rs")),
+            ("deprovision.rs", include_str!("deprovision.rs")),
+            ("status_writer.rs", include_str!("status_writer.rs")),
+            ("cluster/mod.rs", include_str!("cluster/mod.rs")),
+            ("cluster/apply.rs", include_str!("cluster/apply.rs")),
+            ("cluster/drift.rs", include_str!("cluster/drift.rs")),
+            ("cluster/removal.rs", include_str!("cluster/removal.rs")),
+            ("cluster/services.rs", include_str!("cluster/services.rs")),
+        ] {
+            for call in ["ctx.settings()", ".watch_settings()"] {
+                assert!(!text.contains(call), "{file} calls {call} in the middle of a pass");
+            }
+        }
+    }
 
     #[test]
     fn a_deletion_pass_also_gets_the_hard_deletes_budget() {

@@ -13,7 +13,7 @@ use super::readiness::{self, Wait};
 use super::requeue::{self, Next, Requeue};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use btp_api::{names, BtpOperator, Reason, State};
 use kube::ResourceExt as _;
 
@@ -41,10 +41,15 @@ impl End {
     }
 }
 
-/// Provision a live, valid CR.
-pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Next, ReconcileError> {
-    let config = ctx.config();
-    let cluster = Cluster::new(ctx, &config);
+/// Provision a live, valid CR with the pass's `settings`.
+pub async fn run(
+    ctx: &Context,
+    settings: &Settings,
+    cr: &BtpOperator,
+    status: &mut StatusWriter<'_>,
+) -> Result<Next, ReconcileError> {
+    let config = &settings.config;
+    let cluster = Cluster::new(ctx, settings);
     let prelude = async {
         // Before the first status, not beside it: the finalizer's patch of a CR without finalizers is
         // guarded by the resourceVersion read (it must not replace a finalizer added meanwhile), and a
@@ -61,7 +66,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
     // The pass's first reads (the required Secret, credentials drift) do not depend on the finalizer or the
     // first status: they go alongside. Nothing is written to the operand before the finalizer is in place,
     // and what the reads found is acted on only after the first status.
-    let (prelude, observed) = futures::join!(prelude, observe(ctx, &cluster, cr));
+    let (prelude, observed) = futures::join!(prelude, observe(&cluster, cr));
     prelude?;
     let steps = async {
         let observed = observed?;
@@ -84,7 +89,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
     if let Some(outcome) = &end.report {
         status.set(outcome.clone()).await?;
     }
-    Ok(end.next(&config))
+    Ok(end.next(config))
 }
 
 async fn steps(
@@ -94,7 +99,7 @@ async fn steps(
     status: &mut StatusWriter<'_>,
     observed: Observation,
 ) -> Result<End, Stop> {
-    let config = ctx.config();
+    let config = cluster.config();
     let was_ready = status.state() == Some(State::Ready);
     // Failures of a CR that was Ready are `ReconcileFailed`, also when the wait for the operand that began
     // in Ready (with an intermediate Processing status) runs out; before that, `ProvisioningFailed`.
@@ -105,7 +110,7 @@ async fn steps(
             Reason::ProvisioningFailed
         }
     };
-    let converged = converge(ctx, cluster, cr, observed, Some(status), failed(was_ready)).await?;
+    let converged = converge(cluster, cr, observed, Some(status), failed(was_ready)).await?;
 
     let deployment = converged.operand_deployment;
     let ready = deployment.as_ref().is_some_and(readiness::deployment_ready);
@@ -192,10 +197,9 @@ pub struct Observation {
 
 /// Read what [`converge`] starts from (`MissingSecret`, `InvalidSecret` and the drift reads' reasons). Once
 /// the required Secret is read, the drift reads and the apply's reads go side by side: one round trip.
-pub async fn observe(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) -> Result<Observation, Stop> {
-    let config = ctx.config();
-    let module = ctx.resources();
-    let (credentials, required) = required_credentials(cluster, &config).await?;
+pub async fn observe(cluster: &Cluster<'_>, cr: &BtpOperator) -> Result<Observation, Stop> {
+    let module = cluster.settings().module.clone();
+    let (credentials, required) = required_credentials(cluster, cluster.config()).await?;
     let policies_enabled = network_policies::enabled(cr.annotations());
     let (before, reads) = futures::join!(
         cluster.observe_drift(&credentials, &required, None),
@@ -215,7 +219,6 @@ pub async fn observe(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) -> 
 /// invalidated. Deprovisioning runs it without `progress` to keep the operand healthy while deletion is
 /// blocked, and to restore it after a failed removal.
 pub async fn converge(
-    ctx: &Context,
     cluster: &Cluster<'_>,
     cr: &BtpOperator,
     observed: Observation,
@@ -247,7 +250,7 @@ pub async fn converge(
     let reads = reads.map_err(apply_failed)?;
     // The drift actions write the required Secret's annotations, the operand's cluster-ID Secret and Pod:
     // none of them is the module's. Should a module carry one of them, what was read is read again.
-    let config = ctx.config();
+    let config = cluster.config();
     let touched = actions
         .delete_clusterid_secret_in
         .as_ref()

@@ -296,7 +296,8 @@ mod tests {
 
     #[test]
     fn the_module_resources_take_two_steps() {
-        let module = crate::embedded::module_resources().expect("the built-in module resources");
+        let module =
+            crate::manifests::module_resources(std::path::Path::new("")).expect("the built-in module resources");
         let plan = plan(&module.apply, kind_of);
         assert_eq!(plan.order.len(), module.apply.len());
         // The longest chain of groups: one group after another at most once.

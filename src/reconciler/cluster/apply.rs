@@ -99,7 +99,7 @@ impl ModuleReads {
 impl Cluster<'_> {
     /// The network policies to apply (and whether to remove ours instead) for a CR with `policies_enabled`.
     fn policy_plan(&self, policies_enabled: bool) -> (Vec<Value>, bool) {
-        match network_policies::plan(&self.ctx.network_policies(), policies_enabled) {
+        match network_policies::plan(&self.settings.network_policies, policies_enabled) {
             network_policies::Plan::Apply(policies) => (policies, false),
             network_policies::Plan::Remove => (Vec::new(), true),
         }

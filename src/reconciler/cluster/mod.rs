@@ -13,7 +13,7 @@ pub use services::{services_resource, Counts, SERVICE_BINDING, SERVICE_INSTANCE}
 use super::context::Context;
 use super::error::{api_err, ApiError};
 use super::resources;
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use btp_api::{names, BtpOperator};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -22,9 +22,10 @@ use kube::ResourceExt as _;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// The API, as the reconciler uses it, for one pass with one configuration.
+/// The API, as the reconciler uses it, for one pass with one snapshot of the settings.
 pub struct Cluster<'a> {
     ctx: &'a Context,
+    settings: &'a Settings,
     config: &'a Config,
 }
 
@@ -142,9 +143,23 @@ pub fn ignoring_not_found<T>(r: Result<T, ApiError>) -> Result<(), ApiError> {
 }
 
 impl<'a> Cluster<'a> {
-    /// The API for this pass.
-    pub fn new(ctx: &'a Context, config: &'a Config) -> Self {
-        Self { ctx, config }
+    /// The API for this pass, with its `settings`.
+    pub fn new(ctx: &'a Context, settings: &'a Settings) -> Self {
+        Self {
+            ctx,
+            settings,
+            config: &settings.config,
+        }
+    }
+
+    /// The pass's settings.
+    pub fn settings(&self) -> &'a Settings {
+        self.settings
+    }
+
+    /// The pass's configuration.
+    pub fn config(&self) -> &'a Config {
+        self.config
     }
 
     fn client(&self) -> kube::Client {

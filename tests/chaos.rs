@@ -74,10 +74,13 @@ const MAX_REQUESTS_PER_ITERATION: usize = 4000;
 const MAX_REQUESTS_AT_REST: usize = 100;
 /// How long the manager is watched at rest.
 const AT_REST: Duration = Duration::from_millis(500);
-/// How many more windows are watched when a leadership term began within a window of the one measured (the
-/// start of a term, about 60 requests of lists and watches, is not a loop): a loop that does not come to rest
-/// fails every window.
+/// How many more windows are watched when a leadership term began shortly before or during the one measured
+/// (the start of a term, about 60 requests of lists and watches, is not a loop): a loop that does not come to
+/// rest fails every window.
 const AT_REST_REMEASURES: usize = 2;
+/// How long a term's start goes on sending its lists and watches: under the injected faults a failed list is
+/// retried after 250 ms, then 500 ms, then 1 s (the manager's watch backoff).
+const TERM_START: Duration = Duration::from_secs(2);
 
 /// What to run: the seed and the iterations.
 struct Plan {
@@ -987,10 +990,10 @@ impl<'a> Chaos<'a> {
             let (before, began) = (log.len(), Instant::now());
             tokio::time::sleep(AT_REST).await; // the window measured, not a synchronization
             let at_rest = log.since(before).iter().filter(|r| r.user == MANAGER_USER).count();
-            // A term that began within a window of this one (a lease taken over after a restart) sends its
+            // A term that began shortly before this window (a lease taken over after a restart) sends its
             // lists and watches into it: the next window tells whether the manager comes to rest.
             let term_began = began
-                .checked_sub(AT_REST)
+                .checked_sub(TERM_START)
                 .is_some_and(|t| self.progress.logs.term_began_since(t));
             if at_rest > MAX_REQUESTS_AT_REST && term_began && remeasured < AT_REST_REMEASURES {
                 println!("chaos: {at_rest} requests at rest in a window where a leadership term began; measured again");

@@ -49,7 +49,7 @@ impl<'a> StatusWriter<'a> {
         let patch = Patch::Merge(json!({ "status": next }));
         let name = self.cr.name_any();
         let patch_params = PatchParams::default();
-        super::cluster::retrying(|| self.api.patch_status(&name, &patch_params, &patch))
+        super::cluster::retry::retrying(|| self.api.patch_status(&name, &patch_params, &patch))
             .await
             .map_err(api_err("writing the BtpOperator status"))?;
         let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state);

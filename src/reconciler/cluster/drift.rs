@@ -2,7 +2,8 @@
 //! `reconciler::drift`). Failed calls map to the reasons the status contract names for them, and the pass is
 //! retried with backoff ([`Stop::Retry`]).
 
-use super::{retrying, Cluster};
+use super::api::Cluster;
+use super::retry::retrying;
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::drift;
 use crate::reconciler::error::{api_err, retry, Stop};

@@ -1,8 +1,9 @@
 //! ServiceInstances and ServiceBindings (the operand's custom resources): counting them, deleting them all
 //! (hard delete), and removing them without the operand (soft delete). A missing CRD means there are none.
 
+use super::api::{api_resource, ignoring_not_found, Cluster};
 use super::removal::RemovalError;
-use super::{api_resource, ignoring_not_found, retrying, retrying_within, Cluster};
+use super::retry::{retrying, retrying_within};
 use crate::reconciler::error::{api_err, ApiError};
 use btp_api::names;
 use futures::{StreamExt as _, TryStreamExt as _};

@@ -29,27 +29,14 @@ pub fn the_cr() -> ObjectRef<BtpOperator> {
     ObjectRef::new(names::BTP_OPERATOR_NAME).within(names::KYMA_SYSTEM)
 }
 
-/// Retry a failed reconcile with capped exponential backoff and jitter ([`requeue::error_backoff`]): the
-/// failed pass recorded when its retry is due (see [`super::reconcile`]); the count of consecutive failures
+/// Retry a failed reconcile with capped exponential backoff and jitter ([`super::requeue::error_backoff`]): the
+/// failed pass recorded when its retry is due (see [`super::pass::reconcile`]); the count of consecutive failures
 /// is reset by the next success.
 pub fn error_policy(_cr: Arc<BtpOperator>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let failures = ctx.consecutive_failures();
     let delay = ctx.retry_in();
     tracing::warn!(error = %error, failures, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
-}
-
-/// A number in [0, 1) that differs between calls (for jitter; not for anything that must be random).
-pub fn jitter() -> f64 {
-    use std::hash::{BuildHasher as _, Hasher as _};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The configuration the manager starts with: `flags` (defaults and flags) with the runtime ConfigMap's keys
@@ -355,7 +342,7 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown.clone())
-        .run(super::reconcile, error_policy, ctx.clone())
+        .run(super::pass::reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");

@@ -52,7 +52,7 @@ pub enum ReconcileError {
         /// The message written.
         message: String,
     },
-    /// The pass ran out of its time budget ([`super::pass_budget`]).
+    /// The pass ran out of its time budget ([`super::pass::pass_budget`]).
     #[error("the pass did not finish within its budget of {budget:?}")]
     OutOfTime {
         /// The budget.

@@ -60,6 +60,19 @@ pub fn delay(reason: Reason, requeue: Requeue, config: &Config) -> Option<Durati
     (!interval.is_zero()).then_some(interval)
 }
 
+/// A number in [0, 1) that differs between calls (for jitter; not for anything that must be random).
+pub fn jitter() -> f64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// First retry after a failure.
 pub const ERROR_BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// Longest wait between retries (minutes, not hours).

@@ -4,9 +4,10 @@
 
 use super::cluster::{Cluster, SERVICE_BINDING, SERVICE_INSTANCE};
 use super::context::Context;
+use super::converge::{converge, observe, required_credentials};
 use super::deprovision_plan::{self as plan, HardDelete};
 use super::error::{ApiError, ReconcileError, Stop};
-use super::provision::{self, End};
+use super::provision::End;
 use super::requeue::{Next, Requeue};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
@@ -150,7 +151,7 @@ async fn soft_delete(cluster: &Cluster<'_>) -> Result<(), Stop> {
 
 /// The credentials namespace the required Secret names, if it can be read and is valid.
 async fn credentials_namespace(cluster: &Cluster<'_>, config: &crate::config::Config) -> Option<String> {
-    provision::required_credentials(cluster, config)
+    required_credentials(cluster, config)
         .await
         .ok()
         .map(|(c, _)| c.credentials_namespace)
@@ -159,8 +160,8 @@ async fn credentials_namespace(cluster: &Cluster<'_>, config: &crate::config::Co
 /// Keep (or put back) the operand as provisioning would, without touching the status; problems are logged.
 async fn keep_operand(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) {
     let kept = async {
-        let observed = provision::observe(ctx, cluster, cr).await?;
-        provision::converge(ctx, cluster, cr, observed, None, Reason::ReconcileFailed).await
+        let observed = observe(ctx, cluster, cr).await?;
+        converge(ctx, cluster, cr, observed, None, Reason::ReconcileFailed).await
     };
     match kept.await {
         Ok(_) => {}

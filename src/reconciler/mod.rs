@@ -10,15 +10,17 @@
 //!   [`network_policies`], [`waves`] (the order of the apply), [`readiness`] (operand readiness and
 //!   `ReadyTimeout`), [`requeue`] (when a pass comes back, error backoff), [`deprovision_plan`] (the deletion
 //!   stages);
-//! - doing: [`pass`] (one pass), [`provision`] and [`deprovision`] (the two flows), [`cluster`] (every API
-//!   read and write), [`status_writer`] (status and Events), [`events`] (Events off the pass), [`context`]
-//!   (what passes share), [`error`] (how a step ends a pass early).
+//! - doing: [`pass`] (one pass), [`provision`] and [`deprovision`] (the two flows), [`converge`] (the steps
+//!   both use to keep the operand converged), [`cluster`] (every API read and write), [`status_writer`]
+//!   (status and Events), [`events`] (Events off the pass), [`context`] (what passes share), [`error`] (how a
+//!   step ends a pass early).
 //!
 //! This file only declares and re-exports: nothing here is imported from below.
 
 pub mod cluster;
 pub mod context;
 pub mod controller;
+pub mod converge;
 pub mod credentials;
 pub mod deprovision;
 pub mod deprovision_plan;

@@ -7,7 +7,7 @@ use super::cluster::{ApplyError, Cluster, DriftObservation, ModuleReads};
 use super::context::Context;
 use super::credentials::{self, Credentials, Observed, SecretProblem};
 use super::drift;
-use super::error::{report, retry, Stop};
+use super::end::{report, retry, End};
 use super::network_policies;
 use super::resources::ModuleResources;
 use super::status::Outcome;
@@ -17,11 +17,11 @@ use btp_api::{names, BtpOperator, Reason, State};
 use kube::ResourceExt as _;
 
 /// The required Secret, validated (`MissingSecret`, `InvalidSecret`); a failed read is a failure of the pass
-/// ([`Stop::Fail`]), never a verdict about the Secret.
+/// ([`End::Fail`]), never a verdict about the Secret.
 pub async fn required_credentials(
     cluster: &Cluster<'_>,
     config: &Config,
-) -> Result<(Credentials, std::collections::BTreeMap<String, String>), Stop> {
+) -> Result<(Credentials, std::collections::BTreeMap<String, String>), End> {
     // A failed read says nothing about the user's Secret: the pass fails and is retried with backoff.
     let secret = cluster.required_secret().await?;
     let data = secret.as_ref().map(crate::objects::secret_data).unwrap_or_default();
@@ -32,8 +32,8 @@ pub async fn required_credentials(
     };
     let credentials =
         credentials::validate(observed, &config.secret_name, &config.chart_namespace).map_err(|p| match p {
-            SecretProblem::Missing { message } => Stop::Report(Outcome::new(Reason::MissingSecret, message)),
-            SecretProblem::Invalid { message } => Stop::Report(Outcome::new(Reason::InvalidSecret, message)),
+            SecretProblem::Missing { message } => End::Report(Outcome::new(Reason::MissingSecret, message)),
+            SecretProblem::Invalid { message } => End::Report(Outcome::new(Reason::InvalidSecret, message)),
         })?;
     let annotations = secret.map(|s| s.annotations().clone()).unwrap_or_default();
     Ok((credentials, annotations))
@@ -61,7 +61,7 @@ pub struct Observation {
 
 /// Read what [`converge`] starts from (`MissingSecret`, `InvalidSecret` and the drift reads' reasons). Once
 /// the required Secret is read, the drift reads and the apply's reads go side by side: one round trip.
-pub async fn observe(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) -> Result<Observation, Stop> {
+pub async fn observe(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) -> Result<Observation, End> {
     let config = ctx.config();
     let module = ctx.resources();
     let (credentials, required) = required_credentials(cluster, &config).await?;
@@ -90,7 +90,7 @@ pub async fn converge(
     observed: Observation,
     progress: Option<&mut StatusWriter<'_>>,
     failed: Reason,
-) -> Result<Converged, Stop> {
+) -> Result<Converged, End> {
     let Observation {
         credentials,
         required,

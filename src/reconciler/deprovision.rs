@@ -6,53 +6,35 @@ use super::cluster::{Cluster, SERVICE_BINDING, SERVICE_INSTANCE};
 use super::context::Context;
 use super::converge::{converge, observe, required_credentials};
 use super::deprovision_plan::{self as plan, HardDelete};
-use super::error::{ApiError, ReconcileError, Stop};
-use super::provision::End;
-use super::requeue::{Next, Requeue};
+use super::end::End;
+use super::error::{ApiError, ReconcileError};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
 use btp_api::{names, BtpOperator, Reason};
 use kube::ResourceExt as _;
 
 /// Deprovision `cr` (its `deletionTimestamp` is set).
-pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Next, ReconcileError> {
+pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> End {
     if !cr.finalizers().iter().any(|f| f == names::FINALIZER) {
         // Not ours to finish (never provisioned, or already done).
         ctx.end_deletion();
-        return Ok(Next::AWAIT_CHANGE);
+        return End::AwaitChange;
     }
     // From here on, deletions of ServiceInstances and ServiceBindings wake the reconciler.
     ctx.set_deleting(true);
     let config = ctx.config();
     let cluster = Cluster::new(ctx, &config);
     match steps(ctx, &cluster, cr, status).await {
-        Ok(end) => {
-            if let Some(outcome) = &end.report {
-                status.set(outcome.clone()).await?;
+        Ok(end) => end,
+        Err(End::Report(outcome)) if outcome.reason == Reason::ResourceRemovalFailed => {
+            // Report, restore the operand, and retry with backoff.
+            if let Err(e) = status.set(outcome.clone()).await {
+                return e.into();
             }
-            if end.requeue == Requeue::Never {
-                tracing::info!("BtpOperator deprovisioned: finalizer removed");
-                ctx.metrics.cr_state(None);
-                ctx.end_deletion();
-            }
-            Ok(end.next(&config))
-        }
-        Err(Stop::Report(outcome)) if outcome.reason == Reason::ResourceRemovalFailed => {
-            // Restore the operand, report, and retry with backoff.
-            status.set(outcome.clone()).await?;
             keep_operand(ctx, &cluster, cr).await;
-            Err(outcome.into())
+            End::Fail(ReconcileError::Reported(outcome))
         }
-        Err(Stop::Retry(outcome)) => {
-            // The API server failed us: report, and retry with backoff.
-            status.set(outcome.clone()).await?;
-            Err(outcome.into())
-        }
-        Err(Stop::Report(outcome)) => {
-            status.set(outcome.clone()).await?;
-            Ok(End::periodic(outcome).next(&config))
-        }
-        Err(Stop::Fail(e)) => Err(e),
+        Err(end) => end,
     }
 }
 
@@ -61,7 +43,7 @@ async fn steps(
     cluster: &Cluster<'_>,
     cr: &BtpOperator,
     status: &mut StatusWriter<'_>,
-) -> Result<End, Stop> {
+) -> Result<End, End> {
     let config = ctx.config();
     let uid = cr.uid().unwrap_or_default();
     let mut soft = plan::soft_deleting(status.state(), status.reason()) || ctx.hard_delete_given_up(&uid);
@@ -73,7 +55,7 @@ async fn steps(
             if let Some(outcome) = plan::blocked(cluster.count_services().await?) {
                 // Blocked: the operand keeps running and stays healthy until the user decides.
                 keep_operand(ctx, cluster, cr).await;
-                return Ok(End::periodic(outcome));
+                return Ok(End::Report(outcome));
             }
         }
         if let Some(outcome) = plan::unblocked(status.reason()) {
@@ -81,12 +63,7 @@ async fn steps(
         }
         match hard_delete(ctx, cluster, &uid).await {
             Ok(HardDelete::Done) => {}
-            Ok(HardDelete::Wait(recheck)) => {
-                return Ok(End {
-                    report: None,
-                    requeue: Requeue::After(recheck),
-                })
-            }
+            Ok(HardDelete::Wait(recheck)) => return Ok(End::Recheck(None, recheck)),
             Ok(HardDelete::GiveUp) => {
                 tracing::info!(timeout = ?config.hard_delete_timeout, "hard delete timed out: soft delete");
                 soft = true;
@@ -108,12 +85,12 @@ async fn steps(
     cluster
         .remove_module_resources(&module, credentials_namespace.as_deref())
         .await
-        .map_err(|e| Stop::Report(plan::removal_failed(&e.to_string())))?;
+        .map_err(|e| End::Report(plan::removal_failed(&e.to_string())))?;
     cluster.remove_finalizer(cr).await?;
-    Ok(End {
-        report: None,
-        requeue: Requeue::Never,
-    })
+    tracing::info!("BtpOperator deprovisioned: finalizer removed");
+    ctx.metrics.cr_state(None);
+    ctx.end_deletion();
+    Ok(End::AwaitChange)
 }
 
 /// Delete every ServiceBinding, then every ServiceInstance (once per CR incarnation in this process), and
@@ -139,8 +116,8 @@ async fn hard_delete(ctx: &Context, cluster: &Cluster<'_>, uid: &str) -> Result<
 /// Soft delete, in the order that matters: the operand's workload and webhooks first (so that finalizer
 /// edits are not sent to a dead webhook), the network policies, then bindings (with their Secrets) and
 /// instances without their finalizers.
-async fn soft_delete(cluster: &Cluster<'_>) -> Result<(), Stop> {
-    let failed = |e: &dyn std::fmt::Display| Stop::Report(plan::removal_failed(&e.to_string()));
+async fn soft_delete(cluster: &Cluster<'_>) -> Result<(), End> {
+    let failed = |e: &dyn std::fmt::Display| End::Report(plan::removal_failed(&e.to_string()));
     cluster.remove_operand_workload().await.map_err(|e| failed(&e))?;
     cluster.remove_network_policies().await.map_err(|e| failed(&e))?;
     for kind in [SERVICE_BINDING, SERVICE_INSTANCE] {
@@ -165,9 +142,11 @@ async fn keep_operand(ctx: &Context, cluster: &Cluster<'_>, cr: &BtpOperator) {
     };
     match kept.await {
         Ok(_) => {}
-        Err(Stop::Report(outcome)) | Err(Stop::Retry(outcome)) => {
+        Err(End::Report(outcome)) | Err(End::Fail(ReconcileError::Reported(outcome))) => {
             tracing::info!(reason = %outcome.reason, detail = %outcome.message, "operand not kept during deletion")
         }
-        Err(Stop::Fail(e)) => tracing::warn!(error = %e, "operand not kept during deletion"),
+        Err(End::Fail(e)) => tracing::warn!(error = %e, "operand not kept during deletion"),
+        // Converging ends early only with a problem.
+        Err(End::Recheck(..)) | Err(End::AwaitChange) => {}
     }
 }

@@ -12,8 +12,9 @@
 //!   stages);
 //! - doing: [`pass`] (one pass), [`provision`] and [`deprovision`] (the two flows), [`converge`] (the steps
 //!   both use to keep the operand converged), [`cluster`] (every API read and write), [`status_writer`]
-//!   (status and Events), [`events`] (Events off the pass), [`context`] (what passes share), [`error`] (how a
-//!   step ends a pass early).
+//!   (status and Events), [`events`] (Events off the pass), [`context`] (what passes share);
+//! - how a pass ends: [`end`] ([`End`]: what to report, when to come back), or [`error`]
+//!   ([`ReconcileError`]: retried with backoff).
 //!
 //! This file only declares and re-exports: nothing here is imported from below.
 
@@ -25,6 +26,7 @@ pub mod credentials;
 pub mod deprovision;
 pub mod deprovision_plan;
 pub mod drift;
+pub mod end;
 pub mod error;
 pub mod events;
 pub mod gate;
@@ -41,6 +43,7 @@ pub mod waves;
 
 pub use context::Context;
 pub use controller::{error_policy, run};
+pub use end::End;
 pub use error::ReconcileError;
 pub use pass::{pass_budget, reconcile, PASS_BUDGET};
 pub use readiness::deployment_ready;

@@ -1,19 +1,22 @@
 //! One pass over a `BtpOperator`, the top-level flow: an ignored CR is left alone, a misnamed one gets a
-//! warning, a deleted one is deprovisioned ([`deprovision`]), any other is provisioned ([`provision`]).
+//! warning, a deleted one is deprovisioned ([`deprovision`]), any other is provisioned ([`provision`]). The
+//! flows end the pass with an [`End`]; this writes the status it reports and turns it into the controller's
+//! action, or into the error the controller retries with backoff.
 
 use super::cluster;
 use super::context::Context;
 use super::deprovision;
+use super::end::End;
 use super::error::ReconcileError;
 use super::provision;
-use super::requeue::{self, Next};
+use super::requeue;
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
 use btp_api::{names, BtpOperator, Reason};
 use kube::runtime::controller::Action;
 use kube::{Resource as _, ResourceExt as _};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How long one pass may take, every API call and its retries included (docs/behaviour.md#retries-and-budgets):
 /// a pass that runs out of it fails, and is retried with backoff (every step is idempotent, so the next pass
@@ -42,17 +45,17 @@ pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action
     if result.is_ok() {
         ctx.metrics.reconcile_succeeded();
     }
-    let label = result.as_ref().map_or("error", |next| next.result_label());
+    let label = result.as_ref().map_or("error", |delay| requeue::result_label(*delay));
     ctx.metrics.observe(label, started.elapsed());
     match result {
-        Ok(next) => {
+        Ok(delay) => {
             if ctx.record_success() {
                 // A trigger was deferred while this pass ran (a failed pass's retry was pending): it may
                 // have read the state before that change.
                 tracing::debug!("a trigger came during the pass: reconciling again");
                 return Ok(Action::requeue(std::time::Duration::ZERO));
             }
-            Ok(next.action())
+            Ok(requeue::action(delay))
         }
         Err(e) => {
             ctx.record_failure(|failures| requeue::error_backoff(failures, requeue::jitter()));
@@ -61,12 +64,13 @@ pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action
     }
 }
 
-async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, ReconcileError> {
+/// One pass: the delay before the next (None: only on a watch event), or the failure.
+async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Option<Duration>, ReconcileError> {
     let operation = cr.annotations().get(names::OPERATION_ANNOTATION).map(String::as_str);
     if operation == Some("ignore") {
         // Treated as if it did not exist: no status, no finalizer, no deletion.
         tracing::debug!(name = %cr.name_any(), "operation annotation is ignore: leaving the CR alone");
-        return Ok(Next::AWAIT_CHANGE);
+        return Ok(None);
     }
     let mut status = StatusWriter::new(ctx, cr);
     if !is_valid(cr) {
@@ -76,25 +80,32 @@ async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, Reconci
                 "Your resource must be in the kyma-system namespace. The resource's name must be btpoperator.",
             ))
             .await?;
-        return Ok(Next::AWAIT_CHANGE);
+        return Ok(None);
     }
     // What alerts read: the CR's state as it is now (a new leader learns it here; `StatusWriter::set` keeps
     // it current, and removing the finalizer removes it).
     ctx.metrics.cr_state(status.state().map(btp_api::State::as_str));
-    let action = if cr.meta().deletion_timestamp.is_some() {
-        deprovision::run(ctx, cr, &mut status).await?
+    let end = if cr.meta().deletion_timestamp.is_some() {
+        deprovision::run(ctx, cr, &mut status).await
     } else {
         ctx.end_deletion();
-        provision::run(ctx, cr, &mut status).await?
+        provision::run(ctx, cr, &mut status).await
+    };
+    if let Some(outcome) = end.report() {
+        status.set(outcome.clone()).await?;
+    }
+    let config = ctx.config();
+    let delay = match end {
+        End::Fail(e) => return Err(e),
+        end => requeue::delay(&end, &config),
     };
     if operation == Some("reconcile") {
         // The forced pass has run; removing the annotation tells whoever set it.
-        let config = ctx.config();
         cluster::Cluster::new(ctx, &config)
             .remove_operation_annotation(cr)
             .await?;
     }
-    Ok(action)
+    Ok(delay)
 }
 
 fn is_valid(cr: &BtpOperator) -> bool {

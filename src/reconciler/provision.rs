@@ -1,45 +1,20 @@
 //! Provisioning (and the Ready-state check) of a live CR, in one pass: finalizer, `Processing/Initialized`,
-//! the required Secret, credentials drift, apply ([`super::converge`]), readiness, `Ready`. Each step either continues or stops the
-//! pass with an outcome ([`Stop::Report`]) or a failure ([`Stop::Fail`]); [`run`] writes the final status.
+//! the required Secret, credentials drift, apply ([`super::converge`]), readiness, `Ready`. Each step either
+//! goes on or ends the pass ([`End`]); the pass writes the status the end reports.
 
 use super::cluster::Cluster;
 use super::context::Context;
 use super::converge::{converge, observe, Observation};
-use super::error::{ReconcileError, Stop};
+use super::end::End;
+use super::error::ReconcileError;
 use super::readiness::{self, Wait};
-use super::requeue::{self, Next, Requeue};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
-use crate::config::Config;
 use btp_api::{BtpOperator, Reason, State};
 use kube::ResourceExt as _;
 
-/// How a pass ended: what to report (nothing, when the status already says it) and when to come back.
-pub struct End {
-    /// The outcome to write.
-    pub report: Option<Outcome>,
-    /// When to come back.
-    pub requeue: Requeue,
-}
-
-impl End {
-    /// Report `outcome`, come back periodically.
-    pub fn periodic(outcome: Outcome) -> Self {
-        Self {
-            report: Some(outcome),
-            requeue: Requeue::Periodic,
-        }
-    }
-
-    /// What the controller does after this end.
-    pub fn next(&self, config: &Config) -> Next {
-        let reason = self.report.as_ref().map_or(Reason::Updated, |o| o.reason);
-        Next(requeue::delay(reason, self.requeue, config))
-    }
-}
-
 /// Provision a live, valid CR.
-pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> Result<Next, ReconcileError> {
+pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> End {
     let config = ctx.config();
     let cluster = Cluster::new(ctx, &config);
     let prelude = async {
@@ -56,29 +31,23 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
     // first status: they go alongside. Nothing is written to the operand before the finalizer is in place,
     // and what the reads found is acted on only after the first status.
     let (prelude, observed) = futures::join!(prelude, observe(ctx, &cluster, cr));
-    prelude?;
+    if let Err(e) = prelude {
+        return End::Fail(e);
+    }
     let steps = async {
         let observed = observed?;
         steps(ctx, &cluster, cr, status, observed).await
     };
-    let end = match steps.await {
+    match steps.await {
         Ok(end) => end,
-        Err(Stop::Report(outcome)) => {
-            // Another problem interrupts the wait for the operand: the next wait starts a new clock.
-            ctx.stop_waiting();
-            End::periodic(outcome)
+        Err(end) => {
+            if end.report().is_some() {
+                // Another problem interrupts the wait for the operand: the next wait starts a new clock.
+                ctx.stop_waiting();
+            }
+            end
         }
-        Err(Stop::Retry(outcome)) => {
-            ctx.stop_waiting();
-            status.set(outcome.clone()).await?;
-            return Err(outcome.into());
-        }
-        Err(Stop::Fail(e)) => return Err(e),
-    };
-    if let Some(outcome) = &end.report {
-        status.set(outcome.clone()).await?;
     }
-    Ok(end.next(&config))
 }
 
 async fn steps(
@@ -87,7 +56,7 @@ async fn steps(
     cr: &BtpOperator,
     status: &mut StatusWriter<'_>,
     observed: Observation,
-) -> Result<End, Stop> {
+) -> Result<End, End> {
     let config = ctx.config();
     let was_ready = status.state() == Some(State::Ready);
     // Failures of a CR that was Ready are `ReconcileFailed`, also when the wait for the operand that began
@@ -106,28 +75,29 @@ async fn steps(
     let (waited, from_ready) = if ready {
         (Default::default(), was_ready)
     } else {
-        let (since, from_ready) = ctx.start_waiting(&cr.uid().unwrap_or_default(), was_ready);
+        let uid = cr.uid().unwrap_or_default();
+        let (since, from_ready) = ctx.start_waiting(&uid, was_ready);
         (since.elapsed(), from_ready)
     };
     Ok(match readiness::judge(ready, waited, config.ready_timeout) {
         Wait::Ready => {
             ctx.stop_waiting();
-            End::periodic(Outcome::new(
+            End::Report(Outcome::new(
                 Reason::ReconcileSucceeded,
                 "Module provisioning succeeded",
             ))
         }
-        Wait::TimedOut => End::periodic(Outcome::new(
+        Wait::TimedOut => End::Report(Outcome::new(
             failed(from_ready),
             format!(
                 "timed out while waiting for resources readiness: timeout waiting for {} Deployment to be ready",
                 config.deployment_name
             ),
         )),
-        Wait::Waiting { recheck_in } => End {
-            // The Deployment watch brings the CR back as soon as its conditions change; the requeue
-            // enforces the timeout.
-            report: (was_ready || status.state() != Some(State::Processing)).then(|| {
+        // The Deployment watch brings the CR back as soon as its conditions change; the recheck enforces the
+        // timeout.
+        Wait::Waiting { recheck_in } => End::Recheck(
+            (was_ready || status.state() != Some(State::Processing)).then(|| {
                 Outcome::new(
                     Reason::Updated,
                     format!(
@@ -136,7 +106,7 @@ async fn steps(
                     ),
                 )
             }),
-            requeue: Requeue::After(recheck_in),
-        },
+            recheck_in,
+        ),
     })
 }

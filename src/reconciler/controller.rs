@@ -196,7 +196,9 @@ fn service_deletions(
         .backoff(WatchBackoff::default())
         .filter_map(move |event| {
             let wake = match event {
-                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting() && ctx.admit_trigger(),
+                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => {
+                    ctx.memory(|m| m.deleting()) && ctx.admit_trigger()
+                }
                 Ok(_) => false,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "service watch");

@@ -5,23 +5,24 @@
 use super::cluster::{Cluster, SERVICE_BINDING, SERVICE_INSTANCE};
 use super::context::Context;
 use super::converge::{converge, observe, required_credentials};
-use super::deprovision_plan::{self as plan, HardDelete};
+use super::deprovision_plan::{self as plan, HardDelete, HardDeleteMemory};
 use super::end::End;
 use super::error::{ApiError, ReconcileError};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
 use btp_api::{names, BtpOperator, Reason};
 use kube::ResourceExt as _;
+use std::time::Instant;
 
 /// Deprovision `cr` (its `deletionTimestamp` is set).
 pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> End {
     if !cr.finalizers().iter().any(|f| f == names::FINALIZER) {
         // Not ours to finish (never provisioned, or already done).
-        ctx.end_deletion();
+        ctx.memory(|m| m.end_deletion());
         return End::AwaitChange;
     }
     // From here on, deletions of ServiceInstances and ServiceBindings wake the reconciler.
-    ctx.set_deleting(true);
+    ctx.memory(|m| m.set_deleting());
     let config = ctx.config();
     let cluster = Cluster::new(ctx, &config);
     match steps(ctx, &cluster, cr, status).await {
@@ -46,7 +47,8 @@ async fn steps(
 ) -> Result<End, End> {
     let config = ctx.config();
     let uid = cr.uid().unwrap_or_default();
-    let mut soft = plan::soft_deleting(status.state(), status.reason()) || ctx.hard_delete_given_up(&uid);
+    let mut soft = plan::soft_deleting(status.state(), status.reason())
+        || ctx.memory(|m| m.hard_delete(&uid, Instant::now())) == HardDeleteMemory::GivenUp;
     if !soft {
         if let Some(outcome) = plan::announce(status.state(), status.reason()) {
             status.set(outcome).await?;
@@ -75,7 +77,7 @@ async fn steps(
         }
     }
     if soft {
-        ctx.give_up_hard_delete(&uid);
+        ctx.memory(|m| m.give_up_hard_delete(&uid, Instant::now()));
         status
             .set(Outcome::new(Reason::SoftDeleting, "Being soft deleted"))
             .await?;
@@ -89,7 +91,7 @@ async fn steps(
     cluster.remove_finalizer(cr).await?;
     tracing::info!("BtpOperator deprovisioned: finalizer removed");
     ctx.metrics.cr_state(None);
-    ctx.end_deletion();
+    ctx.memory(|m| m.end_deletion());
     Ok(End::AwaitChange)
 }
 
@@ -97,8 +99,10 @@ async fn steps(
 /// judge what is left against `HardDeleteTimeout`.
 async fn hard_delete(ctx: &Context, cluster: &Cluster<'_>, uid: &str) -> Result<HardDelete, ApiError> {
     let config = ctx.config();
-    let (since, begins) = ctx.hard_delete_clock(uid);
-    if begins {
+    let now = Instant::now();
+    let remembered = ctx.memory(|m| m.hard_delete(uid, now));
+    if remembered == HardDeleteMemory::NotBegun {
+        ctx.memory(|m| m.begin_hard_delete(uid, now));
         tracing::info!("hard delete: deleting every ServiceBinding, then every ServiceInstance");
         for kind in [SERVICE_BINDING, SERVICE_INSTANCE] {
             cluster.delete_all_services(kind, config.delete_request_timeout).await?;
@@ -107,7 +111,10 @@ async fn hard_delete(ctx: &Context, cluster: &Cluster<'_>, uid: &str) -> Result<
     let left = cluster.any_service_left(SERVICE_BINDING).await? || cluster.any_service_left(SERVICE_INSTANCE).await?;
     Ok(plan::hard_delete(
         left,
-        since.elapsed(),
+        match remembered {
+            HardDeleteMemory::Running { elapsed } => elapsed,
+            _ => now.elapsed(),
+        },
         config.hard_delete_timeout,
         config.hard_delete_check_interval,
     ))

@@ -61,6 +61,21 @@ pub fn unblocked(reason: Option<&str>) -> Option<Outcome> {
     })
 }
 
+/// What this process remembers of the hard delete of the CR ([`super::memory::CrMemory`]); a restart
+/// forgets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HardDeleteMemory {
+    /// Not begun in this process: its deletes are still to be issued.
+    NotBegun,
+    /// Begun this long ago.
+    Running {
+        /// Since it began.
+        elapsed: Duration,
+    },
+    /// Failed or timed out: soft delete.
+    GivenUp,
+}
+
 /// Where the hard delete stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HardDelete {

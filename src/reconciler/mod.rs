@@ -9,7 +9,7 @@
 //!   [`drift`] (cluster ID and credentials namespace), [`resources`] (preparing the manifests),
 //!   [`network_policies`], [`waves`] (the order of the apply), [`readiness`] (operand readiness and
 //!   `ReadyTimeout`), [`requeue`] (when a pass comes back, error backoff), [`deprovision_plan`] (the deletion
-//!   stages);
+//!   stages), [`memory`] (what is remembered about the CR between passes);
 //! - doing: [`pass`] (one pass), [`provision`] and [`deprovision`] (the two flows), [`converge`] (the steps
 //!   both use to keep the operand converged), [`cluster`] (every API read and write), [`status_writer`]
 //!   (status and Events), [`events`] (Events off the pass), [`context`] (what passes share);
@@ -30,6 +30,7 @@ pub mod end;
 pub mod error;
 pub mod events;
 pub mod gate;
+pub mod memory;
 pub mod metrics;
 pub mod network_policies;
 pub mod pass;

@@ -88,7 +88,7 @@ async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Option<Durati
     let end = if cr.meta().deletion_timestamp.is_some() {
         deprovision::run(ctx, cr, &mut status).await
     } else {
-        ctx.end_deletion();
+        ctx.memory(|m| m.end_deletion());
         provision::run(ctx, cr, &mut status).await
     };
     if let Some(outcome) = end.report() {

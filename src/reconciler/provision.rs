@@ -12,6 +12,7 @@ use super::status::Outcome;
 use super::status_writer::StatusWriter;
 use btp_api::{BtpOperator, Reason, State};
 use kube::ResourceExt as _;
+use std::time::Instant;
 
 /// Provision a live, valid CR.
 pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> End {
@@ -43,7 +44,7 @@ pub async fn run(ctx: &Context, cr: &BtpOperator, status: &mut StatusWriter<'_>)
         Err(end) => {
             if end.report().is_some() {
                 // Another problem interrupts the wait for the operand: the next wait starts a new clock.
-                ctx.stop_waiting();
+                ctx.memory(|m| m.stop_waiting());
             }
             end
         }
@@ -76,12 +77,12 @@ async fn steps(
         (Default::default(), was_ready)
     } else {
         let uid = cr.uid().unwrap_or_default();
-        let (since, from_ready) = ctx.start_waiting(&uid, was_ready);
+        let (since, from_ready) = ctx.memory(|m| m.start_waiting(&uid, was_ready, Instant::now()));
         (since.elapsed(), from_ready)
     };
     Ok(match readiness::judge(ready, waited, config.ready_timeout) {
         Wait::Ready => {
-            ctx.stop_waiting();
+            ctx.memory(|m| m.stop_waiting());
             End::Report(Outcome::new(
                 Reason::ReconcileSucceeded,
                 "Module provisioning succeeded",

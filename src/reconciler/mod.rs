@@ -1,15 +1,16 @@
 //! The reconcile loop for `BtpOperator`.
 //!
 //! [`reconcile`] ([`pass`]) is the whole flow: an ignored CR is left alone, a misnamed one gets a warning, a
-//! deleted one is deprovisioned ([`deprovision`]), any other is provisioned ([`provision`]) in one pass —
-//! finalizer, `Processing`, the required Secret, credentials drift, apply, readiness, `Ready`. A pass never sleeps: it returns, and watches ([`controller`]) bring it back.
+//! deleted one is deprovisioned ([`deprovision`], the stages of [`deprovision_plan`]), any other is
+//! provisioned ([`provision`]) in one pass — finalizer, `Processing`, the required Secret, credentials drift,
+//! apply, readiness, `Ready`. A pass never sleeps: it returns, and watches ([`controller`]) bring it back.
 //!
 //! Where to find what:
 //! - decisions, pure and unit-tested: [`status`] (the condition), [`credentials`] (the required Secret),
 //!   [`drift`] (cluster ID and credentials namespace), [`resources`] (preparing the manifests),
 //!   [`network_policies`], [`waves`] (the order of the apply), [`readiness`] (operand readiness and
 //!   `ReadyTimeout`), [`requeue`] (when a pass comes back, error backoff), [`deprovision_plan`] (the deletion
-//!   stages), [`memory`] (what is remembered about the CR between passes);
+//!   stages, a state machine), [`memory`] (what is remembered about the CR between passes);
 //! - doing: [`pass`] (one pass), [`provision`] and [`deprovision`] (the two flows), [`converge`] (the steps
 //!   both use to keep the operand converged), [`cluster`] (every API read and write), [`status_writer`]
 //!   (status and Events), [`events`] (Events off the pass), [`context`] (what passes share);

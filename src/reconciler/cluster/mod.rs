@@ -20,4 +20,4 @@ pub use retry::{
     client_config, is_transient, retry_pause, retrying, retrying_within, OutOfTime, CALL_BUDGET, CALL_RETRIES,
     FIRST_RETRY_PAUSE,
 };
-pub use services::{services_resource, Counts, SERVICE_BINDING, SERVICE_INSTANCE};
+pub use services::{services_resource, SERVICE_BINDING, SERVICE_INSTANCE};

@@ -33,10 +33,9 @@ pub mod telemetry;
 pub mod watch_backoff;
 pub mod webhook_certs;
 
-/// A boxed `Send` future. The long-running entry points (`app::run`, `local::run`, `reconciler::run`)
-/// return one so that their code is compiled once, in this library: an `async fn` is compiled again into
-/// every binary, test and benchmark that awaits it.
-pub type BoxedFuture<O> = std::pin::Pin<Box<dyn std::future::Future<Output = O> + Send>>;
+/// A boxed `Send` future ([`tasks::BoxedFuture`], where the reconciler takes it from without importing the
+/// crate root).
+pub use tasks::BoxedFuture;
 
 /// The configuration of this crate's property tests: `default_cases` cases unless `PROPTEST_CASES` says
 /// otherwise, and no failure files written into the source tree.

@@ -1,10 +1,16 @@
 //! Task plumbing shared by the reconciler and the manager's wiring: a spawned task that ends with its
-//! owner ([`AbortOnDrop`]), the `stop` sender of a start in progress ([`StopOnError`]), and futures that
-//! resolve on a stop signal. It imports nothing of this crate, so that both can use it.
+//! owner ([`AbortOnDrop`]), the `stop` sender of a start in progress ([`StopOnError`]), futures that resolve
+//! on a stop signal, and the boxed future the long-running entry points return ([`BoxedFuture`]). It imports
+//! nothing of this crate, so that both can use it.
 
 use std::future::Future;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// A boxed `Send` future. The long-running entry points (`app::run`, `local::run`, `reconciler::run`)
+/// return one so that their code is compiled once, in this library: an `async fn` is compiled again into
+/// every binary, test and benchmark that awaits it.
+pub type BoxedFuture<O> = std::pin::Pin<Box<dyn std::future::Future<Output = O> + Send>>;
 
 /// A spawned task aborted when this guard is dropped (a dropped `JoinHandle` would leave it running).
 pub struct AbortOnDrop<T>(Option<JoinHandle<T>>);

@@ -3,7 +3,7 @@
 
 use super::checks::{self, DryRun, Permission};
 use super::report::{Check, Report};
-use super::Target;
+use super::target::Target;
 use btp_api::{names, BtpOperator, State};
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};

@@ -1,8 +1,9 @@
 //! What every reconcile shares: the client, the settings (configuration and the operand's manifests, one
-//! snapshot per change), metrics, the Event recorder, and the few clocks that span passes (the
-//! `ReadyTimeout` wait and the hard-delete deadline).
+//! snapshot per change), metrics, the Event recorder, and what is remembered about the CR from one pass to
+//! the next ([`CrMemory`]: the deletion flag, the `ReadyTimeout` wait and the hard delete).
 
 use super::gate::Gate;
+use super::memory::CrMemory;
 use super::metrics::ReconcileMetrics;
 use crate::config::{Config, Settings};
 use btp_api::BtpOperator;
@@ -11,7 +12,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Resource as _;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -38,19 +39,14 @@ pub struct Context {
 }
 
 /// Everything that belongs to one leadership term: the running settings (the runtime ConfigMap on top of
-/// the flags, and the manifests it names), the clocks that span passes, the error backoff and the trigger
-/// gate. A new term begins with [`Term::new`]: nothing carries over from the last one.
+/// the flags, and the manifests it names), the memory of the CR, the error backoff and the trigger gate. A
+/// new term begins with [`Term::new`]: nothing carries over from the last one.
 struct Term {
     /// The settings: the runtime follower publishes a new snapshot on every change
     /// ([`Context::set_settings`]); a pass takes one at its start ([`Context::settings`]).
     settings: watch::Sender<Arc<Settings>>,
-    /// The `ReadyTimeout` clock: which CR (uid) waits for the operand Deployment, since when, and whether the
-    /// wait began in `Ready`.
-    waiting_since: Mutex<Option<(String, Instant, bool)>>,
-    /// The hard delete of the CR being deleted in this term.
-    hard_delete: Mutex<Option<HardDeleteClock>>,
-    /// Whether the CR is being deleted: ServiceInstance/ServiceBinding deletions only wake the reconciler then.
-    deleting: AtomicBool,
+    /// What is remembered about the CR from one pass to the next.
+    memory: Mutex<CrMemory>,
     /// Consecutive failed reconciles (for the error backoff); reset by a success.
     failures: AtomicU32,
     /// When the retry of a failed reconcile is due, and whether a trigger was deferred to it ([`Gate`]).
@@ -69,9 +65,7 @@ impl Term {
     fn new(settings: Arc<Settings>) -> Self {
         Self {
             settings: watch::Sender::new(settings),
-            waiting_since: Mutex::new(None),
-            hard_delete: Mutex::new(None),
-            deleting: AtomicBool::new(false),
+            memory: Mutex::new(CrMemory::default()),
             failures: AtomicU32::new(0),
             gate: Mutex::new(Gate::default()),
             passes: std::sync::atomic::AtomicU64::new(0),
@@ -81,14 +75,7 @@ impl Term {
     }
 }
 
-/// When the hard delete of one CR incarnation began, and whether it was given up (soft delete instead).
-struct HardDeleteClock {
-    uid: String,
-    since: Instant,
-    given_up: bool,
-}
-
-/// One of the clocks below, locked (a poisoned lock still holds a usable value).
+/// A mutex locked (a poisoned lock still holds a usable value).
 fn clock<T>(slot: &Mutex<T>) -> MutexGuard<'_, T> {
     match slot.lock() {
         Ok(g) => g,
@@ -140,7 +127,7 @@ impl Context {
     }
 
     /// A new leadership term begins (the controller starts): everything of the last term is forgotten —
-    /// failures, the retry clock, deferred triggers, the deletion flag, the wait and hard-delete clocks,
+    /// failures, the retry clock, deferred triggers, the memory of the CR (deletion flag, wait and hard delete),
     /// the operand Secrets' store — and the settings are again the ones the process started with (the
     /// runtime ConfigMap is read again on top).
     pub fn begin_term(&self) {
@@ -223,81 +210,9 @@ impl Context {
         self.publish(event, cr.object_ref(&()));
     }
 
-    /// When the CR `uid` began waiting for the operand Deployment (now, on the first call of this wait), and
-    /// whether that wait began in `Ready` (a timeout is then `ReconcileFailed`, not `ProvisioningFailed`).
-    pub fn start_waiting(&self, uid: &str, from_ready: bool) -> (Instant, bool) {
-        let term = self.term();
-        let mut slot = clock(&term.waiting_since);
-        match slot.as_ref() {
-            Some((owner, since, began_ready)) if owner == uid => (*since, *began_ready),
-            _ => {
-                let now = Instant::now();
-                *slot = Some((uid.to_string(), now, from_ready));
-                (now, from_ready)
-            }
-        }
-    }
-
-    /// The wait for the operand Deployment is over (or interrupted: the next wait starts a new clock).
-    pub fn stop_waiting(&self) {
-        *clock(&self.term().waiting_since) = None;
-    }
-
-    /// When the hard delete of the CR `uid` began, and whether it begins now (its deletes are to be issued).
-    pub fn hard_delete_clock(&self, uid: &str) -> (Instant, bool) {
-        let term = self.term();
-        let mut slot = clock(&term.hard_delete);
-        match slot.as_ref() {
-            Some(c) if c.uid == uid => (c.since, false),
-            _ => {
-                let since = Instant::now();
-                *slot = Some(HardDeleteClock {
-                    uid: uid.to_string(),
-                    since,
-                    given_up: false,
-                });
-                (since, true)
-            }
-        }
-    }
-
-    /// The hard delete of the CR `uid` failed or timed out: later passes go straight to soft delete.
-    pub fn give_up_hard_delete(&self, uid: &str) {
-        let term = self.term();
-        let mut slot = clock(&term.hard_delete);
-        match slot.as_mut() {
-            Some(c) if c.uid == uid => c.given_up = true,
-            _ => {
-                *slot = Some(HardDeleteClock {
-                    uid: uid.to_string(),
-                    since: Instant::now(),
-                    given_up: true,
-                })
-            }
-        }
-    }
-
-    /// Whether the hard delete of the CR `uid` was given up in this process.
-    pub fn hard_delete_given_up(&self, uid: &str) -> bool {
-        clock(&self.term().hard_delete)
-            .as_ref()
-            .is_some_and(|c| c.uid == uid && c.given_up)
-    }
-
-    /// The deletion is over (the CR is gone, or no longer being deleted).
-    pub fn end_deletion(&self) {
-        *clock(&self.term().hard_delete) = None;
-        self.set_deleting(false);
-    }
-
-    /// Mark whether the CR is being deleted (ServiceInstance/ServiceBinding deletions wake the reconciler).
-    pub fn set_deleting(&self, deleting: bool) {
-        self.term().deleting.store(deleting, Ordering::SeqCst);
-    }
-
-    /// Whether the CR is being deleted.
-    pub fn deleting(&self) -> bool {
-        self.term().deleting.load(Ordering::SeqCst)
+    /// Read or change what is remembered about the CR ([`CrMemory`]; the lock is held only for `f`).
+    pub fn memory<T>(&self, f: impl FnOnce(&mut CrMemory) -> T) -> T {
+        f(&mut clock(&self.term().memory))
     }
 
     /// A pass begins (see [`Gate::begin_pass`]).

@@ -5,8 +5,8 @@ use super::context::Context;
 use super::error::ReconcileError;
 use super::network_policies;
 use crate::config::{self, Config, Settings};
+use crate::tasks::BoxedFuture;
 use crate::watch_backoff::WatchBackoff;
-use crate::BoxedFuture;
 use btp_api::{names, BtpOperator};
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
@@ -30,27 +30,14 @@ pub fn the_cr() -> ObjectRef<BtpOperator> {
     ObjectRef::new(names::BTP_OPERATOR_NAME).within(names::KYMA_SYSTEM)
 }
 
-/// Retry a failed reconcile with capped exponential backoff and jitter ([`requeue::error_backoff`]): the
-/// failed pass recorded when its retry is due (see [`super::reconcile`]); the count of consecutive failures
+/// Retry a failed reconcile with capped exponential backoff and jitter ([`super::requeue::error_backoff`]): the
+/// failed pass recorded when its retry is due (see [`super::pass::reconcile`]); the count of consecutive failures
 /// is reset by the next success.
 pub fn error_policy(_cr: Arc<BtpOperator>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let failures = ctx.consecutive_failures();
     let delay = ctx.retry_in();
     tracing::warn!(error = %error, failures, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
-}
-
-/// A number in [0, 1) that differs between calls (for jitter; not for anything that must be random).
-pub fn jitter() -> f64 {
-    use std::hash::{BuildHasher as _, Hasher as _};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The configuration the manager starts with: `flags` (defaults and flags) with the runtime ConfigMap's keys
@@ -154,7 +141,9 @@ fn service_deletions(
         .backoff(WatchBackoff::default())
         .filter_map(move |event| {
             let wake = match event {
-                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting() && ctx.admit_trigger(),
+                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => {
+                    ctx.memory(|m| m.deleting()) && ctx.admit_trigger()
+                }
                 Ok(_) => false,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "service watch");
@@ -289,7 +278,7 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown.clone())
-        .run(super::reconcile, error_policy, ctx.clone())
+        .run(super::pass::reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");

@@ -3,7 +3,7 @@
 //! An Event is a record for people (`kubectl describe`), not a step of the pass: a pass that waited for its
 //! Event's round trip before going on spent one more round trip on every state change (on a real API server,
 //! 15-20 ms each; issue 20). Events are handed to one background task that publishes them one after another, in
-//! the order they were given, each within one call's budget ([`super::cluster::CALL_BUDGET`]); a failure is
+//! the order they were given, each within one call's budget ([`super::cluster::retry::CALL_BUDGET`]); a failure is
 //! logged and never fails the pass, as before.
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -55,7 +55,7 @@ impl Events {
 
 async fn publish_in_order(recorder: Recorder, mut queue: mpsc::Receiver<(Event, ObjectReference)>) {
     while let Some((event, reference)) = queue.recv().await {
-        match tokio::time::timeout(super::cluster::CALL_BUDGET, recorder.publish(&event, &reference)).await {
+        match tokio::time::timeout(super::cluster::retry::CALL_BUDGET, recorder.publish(&event, &reference)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, reason = %event.reason, "publishing an Event"),
             Err(_) => tracing::warn!(reason = %event.reason, "publishing an Event took too long; it was dropped"),

@@ -2,7 +2,8 @@
 //! outdated objects deleted, the operand's certificates decided (and regenerated when needed), network
 //! policies planned, what differs server-side applied in dependency order ([`crate::reconciler::waves`]).
 
-use super::{ignoring_not_found, retrying, Cluster};
+use super::api::{ignoring_not_found, Cluster};
+use super::retry::retrying;
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::metrics::Certificate;

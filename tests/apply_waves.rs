@@ -6,7 +6,7 @@
 mod common;
 
 use btp_api::{names, State};
-use btp_apiserver::{LatencyRule, RequestRecord};
+use btp_apiserver::testing::{LatencyRule, RequestRecord};
 use btp_manager::config::Config;
 use common::{Env, StartOptions};
 use std::time::Duration;

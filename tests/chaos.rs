@@ -381,7 +381,7 @@ struct RateProbe {
 }
 
 impl RateProbe {
-    fn start(log: btp_apiserver::RequestLog) -> Self {
+    fn start(log: btp_apiserver::testing::RequestLog) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
@@ -688,7 +688,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
 
     let faults = server.faults();
     let fault = |fraction: f64, code: u16, verb: Option<&str>| {
-        faults.add(btp_apiserver::FaultRule {
+        faults.add(btp_apiserver::testing::FaultRule {
             fraction,
             code,
             verb: verb.map(str::to_string),

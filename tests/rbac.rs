@@ -17,7 +17,7 @@ mod common;
 mod rbac;
 
 use btp_api::{names, State};
-use btp_apiserver::RequestRecord;
+use btp_apiserver::testing::RequestRecord;
 use btp_manager::config::Config;
 use btp_manager::{app, cli, webhook_certs::WebhookCerts};
 use btp_webhooks::manifests::{Endpoint, WebhookManifests};

@@ -274,14 +274,6 @@ impl FieldSelector {
             (actual == *v) == *eq
         })
     }
-
-    /// The value of a `metadata.name=` requirement, if any.
-    pub fn exact_name(&self) -> Option<&str> {
-        self.reqs
-            .iter()
-            .find(|(k, eq, _)| k == "metadata.name" && *eq)
-            .map(|(_, _, v)| v.as_str())
-    }
 }
 
 #[cfg(test)]

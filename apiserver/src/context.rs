@@ -4,6 +4,7 @@
 
 use crate::config::KubeVersion;
 use crate::error::{ApiError, ApiResult};
+#[cfg(feature = "testing")]
 use crate::faults::{FaultInjector, RequestLog};
 use crate::registry::{Registry, ResourceDef};
 use crate::store::{Gr, Store};
@@ -24,7 +25,9 @@ pub(crate) struct State {
     pub token: String,
     /// Further bearer tokens and the user each one authenticates (see `RunningApiServer::client_as`).
     pub users: std::sync::RwLock<HashMap<String, String>>,
+    #[cfg(feature = "testing")]
     pub faults: FaultInjector,
+    #[cfg(feature = "testing")]
     pub log: RequestLog,
     /// Calls admission webhooks (resolving `clientConfig.service` through the service map).
     pub webhooks: WebhookClient,

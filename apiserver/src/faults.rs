@@ -1,4 +1,4 @@
-//! Test support: fault injection and the request log.
+//! Test support (the `testing` feature): fault injection and the request log.
 
 use crate::error::ApiError;
 use crate::request::RequestRecord;

@@ -1,5 +1,5 @@
-//! The handle of a running server: its address, CA, kubeconfigs and clients, and its fault injection and
-//! request log.
+//! The handle of a running server: its address, CA, kubeconfigs and clients, and (with the `testing`
+//! feature) its fault injection and request log.
 
 use crate::context::State;
 use axum::http;
@@ -99,10 +99,12 @@ impl RunningApiServer {
         }
     }
     /// Fault injection: failed requests, simulated latency, cut watches (test support).
+    #[cfg(feature = "testing")]
     pub fn faults(&self) -> crate::faults::FaultInjector {
         self.state.faults.clone()
     }
     /// Every request the server answered (test support).
+    #[cfg(feature = "testing")]
     pub fn request_log(&self) -> crate::faults::RequestLog {
         self.state.log.clone()
     }

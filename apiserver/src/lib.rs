@@ -7,7 +7,7 @@
 //! The public surface: [`ApiServer::start`] with a [`Config`] gives a [`RunningApiServer`];
 //! [`spawn_workload_controller`] plays the Deployment controller and the kubelet (`btp-manager local`
 //! runs it). Test support (fault injection, the request log, a Deployment stand-in that only marks
-//! Deployments available) is the [`testing`] module.
+//! Deployments available) is the `testing` module, behind the `testing` feature.
 //!
 //! This file only declares modules and re-exports: every module names the module that defines what it
 //! uses, never the crate root (`tests/imports.rs` keeps the modules free of import circles).
@@ -19,6 +19,7 @@ mod config;
 mod context;
 mod error;
 mod events;
+#[cfg(feature = "testing")]
 mod faults;
 mod handle;
 mod handlers;
@@ -32,6 +33,7 @@ mod selectors;
 mod server;
 mod ssa;
 mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod tls;
 mod util;

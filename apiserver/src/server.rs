@@ -50,7 +50,9 @@ async fn start(config: Config) -> Result<RunningApiServer, Error> {
         registry: Registry::new(),
         token,
         users: std::sync::RwLock::new(HashMap::new()),
+        #[cfg(feature = "testing")]
         faults: Default::default(),
+        #[cfg(feature = "testing")]
         log: Default::default(),
         webhooks: WebhookClient::new(config.service_map.clone()),
         bookmark_interval: config.bookmark_interval,
@@ -245,6 +247,7 @@ async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
     };
     let resp = dispatch_inner(&st, req, &mut rec).await;
     rec.code = resp.status().as_u16();
+    #[cfg(feature = "testing")]
     st.log.push(rec);
     resp
 }
@@ -343,6 +346,7 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     rec.namespace = t.namespace.clone().unwrap_or_default();
     rec.name = t.name.clone().unwrap_or_default();
     // Injected latency and failures (test support), before anything is decided or written.
+    #[cfg(feature = "testing")]
     if let Some(r) = st.faults.intercept(verb, &t.def.plural, &rec.user).await {
         return r;
     }

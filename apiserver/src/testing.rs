@@ -1,4 +1,4 @@
-//! Test support: fault
+//! Test support, behind the `testing` feature (the manager's release binary is built without it): fault
 //! injection ([`RunningApiServer::faults`](crate::RunningApiServer::faults)), the request log
 //! ([`RunningApiServer::request_log`](crate::RunningApiServer::request_log)), the Deployment stand-in that
 //! only marks Deployments available, and what tests check webhooks and TLS with.

@@ -176,6 +176,7 @@ async fn step(mut w: W) -> Option<(Result<Bytes, Infallible>, W)> {
     loop {
         if let Some(b) = w.pending.pop_front() {
             // A cut watch (test support: `FaultInjector::cut_watches_after`).
+            #[cfg(feature = "testing")]
             if w.st.faults.should_cut(w.sent) {
                 return None;
             }

@@ -246,6 +246,7 @@ pub async fn mark_deployment_available(client: &kube::Client, ns: &str, name: &s
 
 /// The Deployment stand-in of tests (`testing`): a loop that keeps every Deployment marked available (see
 /// [`mark_deployment_available`]), without Pods. Abort the returned handle to stop it.
+#[cfg(feature = "testing")]
 pub fn spawn_deployment_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<Deployment> = Api::all(client.clone());

@@ -21,14 +21,14 @@ mod timeline;
 
 use btp_api::{names, BtpOperator, State};
 use btp_manager::config::Config;
-use btp_manager::reconciler::{self, metrics::ReconcileMetrics, network_policies, resources, Context};
+use btp_manager::manager::{ManagerBuilder, Options};
+use btp_manager::reconciler::{network_policies, resources, Context};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use prometheus_client::registry::Registry;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,7 +85,7 @@ struct Manager {
     ctx: Arc<Context>,
     registry: Registry,
     timeline: timeline::Timeline,
-    stop: tokio::sync::oneshot::Sender<()>,
+    stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -136,20 +136,17 @@ async fn setup(config: Config, latency: Latency) -> Setup {
 
 /// Start a manager and wait until its watches are established (so that a CR created next is seen at once).
 async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config) -> Manager {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let module = resources::load(&root.join("module-resources")).expect("module resources");
-    let policies = network_policies::load(&root.join("manager-resources")).expect("policies");
-    let mut registry = Registry::default();
-    let metrics = ReconcileMetrics::register(&mut registry);
     let timeline = timeline::Timeline::default();
     // The admin's identity: the embedded server enforces RBAC for every other user.
     let client = timeline.client(server.kube_config());
-    let ctx = Context::new(client, config, module, "example.test/operator:v1".into(), None, metrics);
-    let ctx = Arc::new(ctx.with_network_policies(policies));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(reconciler::run(ctx.clone(), async move {
-        let _ = stopped.await;
-    }));
+    // Wired as `run` wires it, without leader election (the built-in module resources and network policies).
+    let (stop, term) = tokio::sync::watch::channel(false);
+    let reconciler = ManagerBuilder::new(client, Options::in_process(config, "example.test/operator:v1"))
+        .expect("the manager's options")
+        .start_reconciler(term)
+        .await
+        .expect("the reconciler starts");
+    let (ctx, registry, task) = (reconciler.ctx, reconciler.registry, reconciler.task);
     let watching = |resource: &str| timeline.watching(&format!("/{resource}"));
     let deadline = Instant::now() + Duration::from_secs(30);
     while !(ctx.operand_secrets().is_some() && watching("btpoperators") && watching("deployments")) {
@@ -167,7 +164,7 @@ async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config)
 
 impl Manager {
     async fn stop(self) {
-        let _ = self.stop.send(());
+        let _ = self.stop.send(true);
         let _ = self.task.await;
     }
 }
@@ -237,11 +234,12 @@ fn module_paths(ctx: &Context) -> Vec<String> {
             None => format!("{kind}s"),
         }
     };
-    let mut paths: Vec<String> = ctx
-        .resources()
+    let settings = ctx.settings();
+    let mut paths: Vec<String> = settings
+        .module
         .apply
         .iter()
-        .chain(ctx.network_policies().iter())
+        .chain(settings.network_policies.iter())
         .filter(|o| o["metadata"]["name"] != resources::OPERAND_CONFIGMAP)
         .map(|o| {
             format!(

@@ -1,6 +1,6 @@
 //! Command line (flags and defaults: docs/configuration.md, docs/behaviour.md#configuration).
 
-use crate::config::defaults;
+use crate::config::keys;
 use clap::{Args, Parser, Subcommand};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -106,19 +106,19 @@ pub struct RunArgs {
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct GoManagerArgs {
     /// (Go manager; no effect: the chart version ships with the module resources.)
-    #[arg(long, default_value = defaults::CHART_PATH)]
+    #[arg(long, default_value = keys::CHART_PATH.default)]
     pub chart_path: String,
     /// (Go manager; no effect: the manager does not poll, the Deployment watch brings it back.)
-    #[arg(long, default_value = defaults::READY_CHECK_INTERVAL, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::READY_CHECK_INTERVAL.default, value_parser = parse_duration)]
     pub ready_check_interval: std::time::Duration,
     /// (Go manager; no effect: the CA-bundle probe is not part of this manager.)
-    #[arg(long, default_value = defaults::PROBE_INTERVAL, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::PROBE_INTERVAL.default, value_parser = parse_duration)]
     pub probe_interval: std::time::Duration,
     /// (Go manager; no effect: a status is written once per change, retried on transient errors.)
-    #[arg(long, default_value = defaults::STATUS_UPDATE_TIMEOUT, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::STATUS_UPDATE_TIMEOUT.default, value_parser = parse_duration)]
     pub status_update_timeout: std::time::Duration,
     /// (Go manager; no effect: as --status-update-timeout.)
-    #[arg(long, default_value = defaults::STATUS_UPDATE_CHECK_INTERVAL, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::STATUS_UPDATE_CHECK_INTERVAL.default, value_parser = parse_duration)]
     pub status_update_check_interval: std::time::Duration,
     /// (Go manager's zap logging; no effect: RUST_LOG sets the level, logs are JSON off a terminal.)
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
@@ -155,31 +155,21 @@ impl GoManagerArgs {
                 out.push((flag, why));
             }
         };
-        note(
-            self.chart_path != d.chart_path,
-            "--chart-path",
-            "the chart version ships with the module resources",
-        );
-        note(
+        // The Go manager's flags with a runtime ConfigMap key: why they have no effect is the key's.
+        let mut unused = |given: bool, key: &keys::Key| note(given, key.flag, key.meaning);
+        unused(self.chart_path != d.chart_path, &keys::CHART_PATH);
+        unused(
             self.ready_check_interval != d.ready_check_interval,
-            "--ready-check-interval",
-            "the manager does not poll; the Deployment watch brings it back",
+            &keys::READY_CHECK_INTERVAL,
         );
-        note(
-            self.probe_interval != d.probe_interval,
-            "--probe-interval",
-            "the CA-bundle probe is not part of this manager",
-        );
-        let status = "a status is written once per change, retried on transient errors";
-        note(
+        unused(self.probe_interval != d.probe_interval, &keys::PROBE_INTERVAL);
+        unused(
             self.status_update_timeout != d.status_update_timeout,
-            "--status-update-timeout",
-            status,
+            &keys::STATUS_UPDATE_TIMEOUT,
         );
-        note(
+        unused(
             self.status_update_check_interval != d.status_update_check_interval,
-            "--status-update-check-interval",
-            status,
+            &keys::STATUS_UPDATE_CHECK_INTERVAL,
         );
         let zap = "RUST_LOG sets the level; logs are JSON when stderr is not a terminal";
         note(self.zap_devel.is_some(), "--zap-devel", zap);
@@ -195,16 +185,16 @@ impl GoManagerArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ReconcilerArgs {
     /// Namespace of the operand and of the required credentials Secret.
-    #[arg(long, default_value = btp_api::names::KYMA_SYSTEM)]
+    #[arg(long, default_value = keys::CHART_NAMESPACE.default)]
     pub chart_namespace: String,
     /// Name of the required credentials Secret.
-    #[arg(long, default_value = btp_api::names::REQUIRED_SECRET_NAME)]
+    #[arg(long, default_value = keys::SECRET_NAME.default)]
     pub secret_name: String,
     /// Name of the runtime configuration ConfigMap (in --chart-namespace).
-    #[arg(long, default_value = defaults::CONFIG_NAME)]
+    #[arg(long, default_value = keys::CONFIG_NAME.default)]
     pub config_name: String,
     /// Name of the operand Deployment.
-    #[arg(long, default_value = btp_api::names::operand::DEPLOYMENT)]
+    #[arg(long, default_value = keys::DEPLOYMENT_NAME.default)]
     pub deployment_name: String,
     /// Directory with the operand manifests (`apply/`, `delete/`, `chart-version`) to use instead of the
     /// copy built into the binary.
@@ -214,33 +204,55 @@ pub struct ReconcilerArgs {
     #[arg(long)]
     pub manager_resources_path: Option<PathBuf>,
     /// How long the operand Deployment may take to become available.
-    #[arg(long, default_value = defaults::READY_TIMEOUT, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::READY_TIMEOUT.default, value_parser = parse_duration)]
     pub ready_timeout: std::time::Duration,
     /// Periodic re-check while Processing.
-    #[arg(long, default_value = defaults::PROCESSING_STATE_REQUEUE_INTERVAL, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::PROCESSING_STATE_REQUEUE_INTERVAL.default, value_parser = parse_duration)]
     pub processing_state_requeue_interval: std::time::Duration,
     /// Periodic re-check while Ready.
-    #[arg(long, default_value = defaults::READY_STATE_REQUEUE_INTERVAL, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::READY_STATE_REQUEUE_INTERVAL.default, value_parser = parse_duration)]
     pub ready_state_requeue_interval: std::time::Duration,
     /// How long the hard delete of ServiceInstances/ServiceBindings may take before the soft delete.
-    #[arg(long, default_value = defaults::HARD_DELETE_TIMEOUT, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::HARD_DELETE_TIMEOUT.default, value_parser = parse_duration)]
     pub hard_delete_timeout: std::time::Duration,
     /// How often a running hard delete checks what is left (each deletion also wakes it).
-    #[arg(long, default_value = defaults::HARD_DELETE_CHECK_INTERVAL, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::HARD_DELETE_CHECK_INTERVAL.default, value_parser = parse_duration)]
     pub hard_delete_check_interval: std::time::Duration,
     /// Budget of the delete requests of one kind in the hard delete.
-    #[arg(long, default_value = defaults::DELETE_REQUEST_TIMEOUT, value_parser = parse_duration)]
+    #[arg(long, default_value = keys::DELETE_REQUEST_TIMEOUT.default, value_parser = parse_duration)]
     pub delete_request_timeout: std::time::Duration,
     /// `ENABLE_LIMITED_CACHE` for the operand.
-    #[arg(long, default_value = defaults::ENABLE_LIMITED_CACHE)]
+    #[arg(long, default_value = keys::ENABLE_LIMITED_CACHE.default)]
     pub enable_limited_cache: String,
     /// The operand image (container `manager` of the operand Deployment). Required for `run`; `local`
     /// defaults to the image of the built-in chart.
-    #[arg(long, env = "SAP_BTP_SERVICE_OPERATOR")]
+    #[arg(long, env = keys::OPERAND_IMAGE.env)]
     pub operand_image: Option<String>,
     /// Image for a `kube-rbac-proxy` container in the operand Deployment, if it has one.
-    #[arg(long, env = "KUBE_RBAC_PROXY")]
+    #[arg(long, env = keys::RBAC_PROXY_IMAGE.env)]
     pub rbac_proxy_image: Option<String>,
+}
+
+impl ReconcilerArgs {
+    /// The reconciler's configuration from the flags (no path: the empty path, the built-in copy).
+    pub fn config(&self) -> crate::config::Config {
+        crate::config::Config {
+            chart_namespace: self.chart_namespace.clone(),
+            secret_name: self.secret_name.clone(),
+            config_name: self.config_name.clone(),
+            deployment_name: self.deployment_name.clone(),
+            resources_path: self.resources_path.clone().unwrap_or_default(),
+            manager_resources_path: self.manager_resources_path.clone().unwrap_or_default(),
+            processing_state_requeue_interval: self.processing_state_requeue_interval,
+            ready_state_requeue_interval: self.ready_state_requeue_interval,
+            ready_timeout: self.ready_timeout,
+            hard_delete_timeout: self.hard_delete_timeout,
+            hard_delete_check_interval: self.hard_delete_check_interval,
+            delete_request_timeout: self.delete_request_timeout,
+            enable_limited_cache: self.enable_limited_cache.clone(),
+            ..crate::config::Config::default()
+        }
+    }
 }
 
 /// Flags of `local`. It binds loopback ports of its own choosing unless told otherwise, and prints them.
@@ -362,6 +374,40 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_flags_are_the_key_tables() {
+        let cli = Cli::command();
+        for command in ["run", "local"] {
+            let sub = cli.find_subcommand(command).expect("subcommand");
+            for key in crate::config::KEYS.iter().filter(|k| !k.flag.is_empty()) {
+                let arg = sub
+                    .get_arguments()
+                    .find(|a| a.get_long().is_some_and(|l| format!("--{l}") == key.flag));
+                let Some(arg) = arg else {
+                    // `local` offers the reconciler's flags, not the Go manager's.
+                    assert!(
+                        command == "local" && key.applies == crate::config::Applies::NotUsed,
+                        "{command} {}",
+                        key.flag
+                    );
+                    continue;
+                };
+                let defaults: Vec<String> = arg
+                    .get_default_values()
+                    .iter()
+                    .map(|d| d.to_string_lossy().into_owned())
+                    .collect();
+                let expected: Vec<&str> = Some(key.default).filter(|d| !d.is_empty()).into_iter().collect();
+                assert_eq!(defaults, expected, "{command} {}: default", key.flag);
+                let env = arg
+                    .get_env()
+                    .map(|e| e.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                assert_eq!(env, key.env, "{command} {}: environment", key.flag);
+            }
+        }
     }
 
     #[test]

@@ -1,11 +1,16 @@
 //! BTP Manager: installs and manages the SAP BTP service operator, with admission webhooks.
 //!
-//! - `app`: the `run` command's wiring and the generated artifacts.
+//! - `app`: the `run` command, signals, and the generated artifacts.
+//! - `manager`: the one place the manager is wired (reconciler, leader election, webhooks, probes, shutdown),
+//!   for `run`, `local`, the tests and the benchmarks.
+//! - `tasks`: task plumbing (`AbortOnDrop`, stop signals) below the wiring and the reconciler.
 //! - `cli`: flags.
 //! - `webhook_certs`: the manager's own webhook certificates in the cluster.
-//! - `config`: runtime configuration (defaults, ConfigMap keys).
+//! - `config`: runtime configuration (the key table: flags, defaults, ConfigMap keys; the settings snapshot a
+//!   pass reads).
 //! - `doctor`: `btp-manager doctor`, read-only health checks of a live installation.
-//! - `embedded`: the operand's manifests built into the binary (the default module resources).
+//! - `embedded`: the operand's manifests built into the binary (the default module resources);
+//!   `manifests`: loading them, built in or from a directory.
 //! - `local`: `btp-manager local`, everything against the embedded API server.
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
 //! - `shipped`: what `deploy/` installs, built in (for `local` and `doctor`).
@@ -17,18 +22,20 @@ pub mod config;
 pub mod doctor;
 pub mod embedded;
 pub mod local;
+pub mod manager;
+pub mod manifests;
 pub mod objects;
 pub mod ops;
 pub mod reconciler;
 pub mod shipped;
+pub mod tasks;
 pub mod telemetry;
 pub mod watch_backoff;
 pub mod webhook_certs;
 
-/// A boxed `Send` future. The long-running entry points (`app::run`, `local::run`, `reconciler::run`)
-/// return one so that their code is compiled once, in this library: an `async fn` is compiled again into
-/// every binary, test and benchmark that awaits it.
-pub type BoxedFuture<O> = std::pin::Pin<Box<dyn std::future::Future<Output = O> + Send>>;
+/// A boxed `Send` future ([`tasks::BoxedFuture`], where the reconciler takes it from without importing the
+/// crate root).
+pub use tasks::BoxedFuture;
 
 /// The configuration of this crate's property tests: `default_cases` cases unless `PROPTEST_CASES` says
 /// otherwise, and no failure files written into the source tree.

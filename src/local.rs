@@ -8,44 +8,24 @@
 //! and the kubelet, serves metrics and health endpoints, and prints every state change of the CR on stdout
 //! (logs go to stderr, warnings only unless `RUST_LOG` says otherwise). `btp-manager doctor` passes on it.
 
-use crate::app::{self, stopped};
+use crate::app;
 use crate::cli::LocalArgs;
-use crate::reconciler::metrics::ReconcileMetrics;
+use crate::manager::webhooks::reachable;
+use crate::manager::{manager_client, ManagerBuilder, Options};
 use crate::telemetry::kube_message;
-use crate::webhook_certs::WebhookCerts;
 use crate::BoxedFuture;
 use anyhow::Context as _;
 use btp_api::{names, BtpOperator};
-use btp_webhooks::manifests::{Endpoint, WebhookManifests};
-use btp_webhooks::metrics::WebhookMetrics;
-use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::runtime::{watcher, WatchStreamExt as _};
-use prometheus_client::registry::Registry;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::watch;
 
-/// The operand image of the built-in chart (used unless `SAP_BTP_SERVICE_OPERATOR`/`--operand-image` says
-/// otherwise).
-const OPERAND_IMAGE: &str =
-    "europe-docker.pkg.dev/kyma-project/prod/external/ghcr.io/sap/sap-btp-service-operator/controller:v0.11.10";
-
 fn say(started: Instant, line: impl std::fmt::Display) {
     println!("[{:>7.3}s] {line}", started.elapsed().as_secs_f64());
-}
-
-/// Where a client reaches a server bound to `bound`: loopback instead of an unspecified address.
-fn reachable(bound: SocketAddr) -> SocketAddr {
-    match bound.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), bound.port()),
-        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), bound.port()),
-        _ => bound,
-    }
 }
 
 async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
@@ -110,82 +90,28 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     );
     // The manager's own client: its ServiceAccount, bound to the shipped RBAC.
     // (Built as `run` builds it: without kube's own retry layer, docs/behaviour.md#retries-and-budgets.)
-    let manager = app::manager_client(server.kube_config_as(&crate::shipped::manager_user(names::KYMA_SYSTEM)))?;
+    let manager = manager_client(server.kube_config_as(&crate::shipped::manager_user(names::KYMA_SYSTEM)))?;
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut registry = Registry::default();
-    let webhook_metrics = WebhookMetrics::register(&mut registry);
-    let reconcile_metrics = ReconcileMetrics::register(&mut registry);
-    // Webhooks on loopback (an ephemeral port unless told otherwise), registered by URL with a certificate
-    // for that address.
-    let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
-        .await
-        .with_context(|| format!("binding the webhook server to {}", args.webhook_bind_address))?;
-    let addr = reachable(listener.local_addr()?);
-    let manifests = WebhookManifests {
-        endpoint: Endpoint::Url(format!("https://{addr}")),
-        secret_namespace: rec.chart_namespace.clone(),
-        secret_name: rec.secret_name.clone(),
-        ..WebhookManifests::in_cluster(names::KYMA_SYSTEM)
-    };
-    let mut policy = btp_certs::rotation::Policy::new(vec!["localhost".into()], vec![addr.ip()]);
-    policy.key = args.webhook_key_algorithm;
-    let certs = WebhookCerts::new(
-        manager.clone(),
-        names::KYMA_SYSTEM,
-        names::webhook::CERT_SECRET_NAME,
-        policy,
-        manifests,
-    )
-    .with_expiry_metrics(reconcile_metrics.certificates());
-    let cert = app::managed_webhook_certificate(certs, stop_rx.clone()).await?;
-    let rules = RulesConfig {
-        secret_namespace: rec.chart_namespace.clone(),
-        secret_name: rec.secret_name.clone(),
-    };
-    let state =
-        WebhookState::new(rules, Arc::new(KubeServiceCounter::new(manager.clone()))).with_metrics(webhook_metrics);
-    tokio::spawn(btp_webhooks::server::serve(
-        listener,
-        btp_webhooks::tls::server_config(cert)?,
-        btp_webhooks::router(state),
-        stopped(stop_rx.clone()),
-    ));
+    // Wired as `run` wires it (leader-elected, as the shipped Deployment runs it), with the webhooks on
+    // loopback (an ephemeral port unless told otherwise), registered by URL with a certificate for that
+    // address.
+    let (term_tx, term_rx) = watch::channel(false);
+    let running = ManagerBuilder::new(manager, Options::local(&args))?
+        .start(term_rx.clone())
+        .await?;
     say(
         started,
-        format_args!("admission webhooks serving on https://{addr} (self-managed CA, caBundle registered)"),
+        format_args!(
+            "admission webhooks serving on https://{} (self-managed CA, caBundle registered)",
+            reachable(running.webhook_addr)
+        ),
     );
-
-    let mut reconciler_args = rec.clone();
-    if reconciler_args.operand_image.as_deref().is_none_or(str::is_empty) {
-        reconciler_args.operand_image = Some(OPERAND_IMAGE.into());
-    }
-    // With leader election, as the shipped Deployment runs it.
-    app::start_reconciler(
-        &reconciler_args,
-        Some(names::KYMA_SYSTEM),
-        manager.clone(),
-        reconcile_metrics,
-        stop_rx.clone(),
-    )
-    .await?;
     btp_apiserver::spawn_workload_controller(client.clone());
     say(
         started,
         "reconciler running; playing the Deployment controller and the kubelet (the operand's Pod shows as Running)",
     );
-    // Ready as soon as the webhooks serve, as for `run`.
-    let ready = crate::ops::Readiness::default();
-    ready.set(true);
-    let (metrics, health) = app::serve_ops(
-        args.metrics_bind_address,
-        args.health_probe_bind_address,
-        registry,
-        ready,
-        &stop_rx,
-    )
-    .await?;
-    let (metrics, health) = (reachable(metrics), reachable(health));
+    let (metrics, health) = (reachable(running.metrics_addr), reachable(running.health_addr));
     say(
         started,
         format_args!("metrics on http://{metrics}/metrics, health on http://{health}/healthz and /readyz"),
@@ -239,8 +165,10 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         "created BtpOperator kyma-system/btpoperator (its Events: kubectl describe btpoperator btpoperator -n kyma-system)",
     );
 
-    let outcome = follow(started, crs, &args, &stop_rx).await;
-    let _ = stop_tx.send(true);
+    let outcome = follow(started, crs, &args, &term_rx).await;
+    let _ = term_tx.send(true);
+    // As the process ends: nothing waits for the in-flight pass or the Lease.
+    running.kill().await;
     // Dropping the handle stops the server; waiting for it would wait on clients' open watches.
     drop(server);
     outcome

@@ -1,20 +1,25 @@
-//! The apply's waves on the embedded server's request log (docs/behaviour.md#apply): what must come first is
-//! written first, and a wave's first failure in its own order is the one reported. Some writes are made slow
-//! on purpose (a simulated round trip, not a wait of the test): a later wave that did not wait for them would
-//! show up before them in the log, which records requests in the order they were answered.
+//! The apply's order on the embedded server's request log (docs/behaviour.md#apply): what must come first is
+//! written first, what needs nothing of it goes alongside, and the first failure in the plan's order is the
+//! one reported. Some writes are made slow on purpose (a simulated round trip, not a wait of the test): a
+//! write that did not wait for them would show up before them in the log, which records requests in the order
+//! they were answered.
 
 mod common;
 
-use btp_api::{names, State};
+use btp_api::{names, Reason};
 use btp_apiserver::testing::{LatencyRule, RequestRecord};
 use btp_manager::config::Config;
-use common::{Env, StartOptions};
+use common::{copy_chart, temp_dir, Env, StartOptions};
 use std::time::Duration;
 
 fn slow(env: &Env, resource: &str) {
+    slow_by(env, resource, Duration::from_millis(60));
+}
+
+fn slow_by(env: &Env, resource: &str, latency: Duration) {
     let server = env.server().expect("the embedded API server");
     server.faults().add_latency(LatencyRule {
-        latency: Duration::from_millis(60),
+        latency,
         verb: Some("patch".into()),
         resource: Some(resource.into()),
     });
@@ -69,24 +74,18 @@ fn before(
 }
 
 #[tokio::test]
-async fn a_cold_install_writes_each_wave_after_the_one_before() {
+async fn a_cold_install_writes_what_must_come_first_first_and_the_rest_alongside() {
     let Some(env) = start().await else { return };
-    slow(&env, "customresourcedefinitions");
+    // The CRDs answered much later than anything else: the module holds no instance of them, so nothing
+    // waits for them.
+    slow_by(&env, "customresourcedefinitions", Duration::from_secs(1));
     slow(&env, "secrets");
     // Roles answered late: a binding sent alongside them would be refused (the role it references does not
     // exist yet) or answered first.
     slow(&env, "clusterroles");
     slow(&env, "roles");
-    env.create_secret(common::credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(20),
-    )
-    .await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
     let log = env.request_log().expect("request log").entries();
     let applies = applies(&log);
     let is = |resource: &'static str| move |r: &RequestRecord| r.resource == resource;
@@ -95,14 +94,12 @@ async fn a_cold_install_writes_each_wave_after_the_one_before() {
             && [btp_certs::operand::CA_SECRET, btp_certs::operand::WEBHOOK_SECRET].contains(&r.name.as_str())
     };
     let webhook_configuration = |r: &RequestRecord| r.resource.ends_with("webhookconfigurations");
-    let not_foundation = |r: &RequestRecord| {
-        !["customresourcedefinitions", "serviceaccounts", "namespaces"].contains(&r.resource.as_str())
-    };
     before(
         &applies,
-        "the CRDs before everything of later waves",
+        "the writes that wait for others (the Deployment, the bindings, the webhook configurations) do not \
+         wait for the CRDs",
+        |r| r.resource == "deployments" || r.resource.ends_with("bindings") || webhook_configuration(r),
         is("customresourcedefinitions"),
-        not_foundation,
     );
     before(
         &applies,
@@ -145,24 +142,15 @@ async fn a_cold_install_writes_each_wave_after_the_one_before() {
 }
 
 #[tokio::test]
-async fn the_first_failure_of_a_wave_in_its_order_is_reported_and_later_waves_are_not_sent() {
+async fn the_first_failure_in_the_plans_order_is_reported_and_what_needs_the_failed_is_not_sent() {
     let Some(env) = start().await else { return };
     let server = env.server().expect("the embedded API server");
-    // Both fail for good (403 is not retried); the ConfigMap, first in the wave's order, answers last.
+    // Both fail for good (403 is not retried); the ConfigMap, first in the plan's order, answers last.
     slow(&env, "configmaps");
     server.faults().fail(1.0, 403, Some("patch"), Some("configmaps"));
     server.faults().fail(1.0, 403, Some("patch"), Some("services"));
-    env.create_secret(common::credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Error,
-            "ProvisioningFailed",
-            Duration::from_secs(20),
-        )
-        .await;
+    env.create_secret_and_cr().await;
+    let cr = env.wait_cr(Reason::ProvisioningFailed, 20).await;
     let message = cr
         .status
         .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"))
@@ -185,7 +173,83 @@ async fn the_first_failure_of_a_wave_in_its_order_is_reported_and_later_waves_ar
         !answered
             .iter()
             .any(|r| *r == "deployments" || r.ends_with("webhookconfigurations")),
-        "a wave after the failed one was sent: {answered:?}"
+        "a write that needs the failed ones (the Deployment needs the ConfigMap, the webhook configurations \
+         the Service) was sent: {answered:?}"
     );
     env.stop().await;
+}
+
+/// A chart of the module with a CRD of its own and an instance of it (a kind the plan does not name).
+fn chart_with_an_instance() -> std::path::PathBuf {
+    let dir = temp_dir("apply-waves");
+    copy_chart(&dir);
+    let widgets = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata:
+  name: the-widget
+  namespace: kyma-system
+spec:
+  size: 3
+"#;
+    std::fs::write(dir.join("apply").join("widgets.yml"), widgets).expect("write the chart");
+    dir
+}
+
+#[tokio::test]
+async fn an_instance_of_a_crd_of_the_module_is_written_after_the_crds() {
+    // The admin's identity: `deploy/` grants nothing on widgets.
+    let env = Env::start_with(Config::default(), true, StartOptions::default()).await;
+    let Some(server) = env.server() else {
+        return env.stop().await;
+    };
+    let chart = chart_with_an_instance();
+    let runtime: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM},
+        "data": {"ResourcesPath": chart.display().to_string()}
+    }))
+    .expect("ConfigMap");
+    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
+        .create(&Default::default(), &runtime)
+        .await
+        .expect("the runtime ConfigMap");
+    common::eventually(
+        Duration::from_secs(10),
+        "the chart with the Widget is in use",
+        || async { env.ctx.settings().config.resources_path == chart },
+    )
+    .await;
+    slow_by(&env, "customresourcedefinitions", Duration::from_millis(300));
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    let log = server.request_log().entries();
+    // The server-side applies (the test and the Deployment stand-in send none: creates and status writes).
+    let manager: Vec<&RequestRecord> = log
+        .iter()
+        .filter(|r| r.verb == "patch" && r.subresource.is_empty() && r.resource != "btpoperators")
+        .collect();
+    before(
+        &manager,
+        "the CRDs (and everything else the plan names) before an instance of a CRD",
+        |r| r.resource == "customresourcedefinitions" || r.resource == "deployments",
+        |r| r.resource == "widgets",
+    );
+    env.stop().await;
+    let _ = std::fs::remove_dir_all(chart);
 }

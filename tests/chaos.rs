@@ -1,4 +1,5 @@
-//! Chaos: the whole manager (controller, webhook server, leader election; `app::start`, as `run` starts it)
+//! Chaos: the whole manager (controller, webhook server, leader election; `ManagerBuilder::start` with
+//! `run`'s options, as `run` starts it)
 //! goes through its life again and again while the API server fails about 10 % of the manager's requests
 //! (9 % 500 and 0.5 % 429 on any request, 3 % more 409 on creates and updates), cuts 5 % of watch streams
 //! at each event, and the manager is killed (as SIGKILL would: nothing finished, the Lease not released)
@@ -24,12 +25,12 @@
 
 mod common;
 
-use btp_api::{names, BtpOperator, State};
+use btp_api::{names, BtpOperator};
 use btp_apiserver::RunningApiServer;
 use btp_certs::operand::{self as operand_certs, keys, Decision};
-use btp_manager::app;
 use btp_manager::cli::{Cli, Command, RunArgs};
 use btp_manager::config::Config;
+use btp_manager::manager::{self, manager_client, ManagerBuilder, Options};
 use btp_manager::reconciler::resources;
 use clap::Parser as _;
 use common::operand::{service_binding, service_instance, services};
@@ -73,6 +74,13 @@ const MAX_REQUESTS_PER_ITERATION: usize = 4000;
 const MAX_REQUESTS_AT_REST: usize = 100;
 /// How long the manager is watched at rest.
 const AT_REST: Duration = Duration::from_millis(500);
+/// How many more windows are watched when a leadership term began shortly before or during the one measured
+/// (the start of a term, about 60 requests of lists and watches, is not a loop): a loop that does not come to
+/// rest fails every window.
+const AT_REST_REMEASURES: usize = 2;
+/// How long a term's start goes on sending its lists and watches: under the injected faults a failed list is
+/// retried after 250 ms, then 500 ms, then 1 s (the manager's watch backoff).
+const TERM_START: Duration = Duration::from_secs(2);
 
 /// What to run: the seed and the iterations.
 struct Plan {
@@ -150,22 +158,65 @@ impl Drop for Progress {
     }
 }
 
-/// The last lines the manager logged (all managers of this process: one runs at a time).
+/// The last lines the manager logged (all managers of this process: one runs at a time), and when the last
+/// leadership term began.
 #[derive(Clone, Default)]
-struct RecentLogs(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+struct RecentLogs {
+    lines: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    last_term: Arc<std::sync::Mutex<Option<Instant>>>,
+}
 
 impl RecentLogs {
     const KEEP: usize = 3000;
+    /// What the manager logs when a leadership term begins (`app::lead_and_reconcile`).
+    const TERM_BEGINS: &'static str = "leading: reconciling";
 
     fn text(&self) -> String {
-        self.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+        self.lines
+            .lock()
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The last `n` lines about leadership and controller terms.
+    fn leadership_lines(&self, n: usize) -> Vec<String> {
+        let Ok(lines) = self.lines.lock() else {
+            return Vec::new();
+        };
+        let mut found: Vec<String> = lines
+            .iter()
+            .rev()
+            .filter(|l| {
+                ["leader election", "leading", "the controller", "lost the lease"]
+                    .iter()
+                    .any(|k| l.contains(k))
+            })
+            .take(n)
+            .cloned()
+            .collect();
+        found.reverse();
+        found
+    }
+
+    /// Whether a leadership term began at or after `since`.
+    fn term_began_since(&self, since: Instant) -> bool {
+        self.last_term
+            .lock()
+            .map(|t| t.is_some_and(|t| t >= since))
+            .unwrap_or(false)
     }
 }
 
 impl std::io::Write for RecentLogs {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut lines) = self.0.lock() {
-            lines.push_back(String::from_utf8_lossy(buf).into_owned());
+        let line = String::from_utf8_lossy(buf).into_owned();
+        if line.contains(Self::TERM_BEGINS) {
+            if let Ok(mut last) = self.last_term.lock() {
+                *last = Some(Instant::now());
+            }
+        }
+        if let Ok(mut lines) = self.lines.lock() {
+            lines.push_back(line);
             while lines.len() > Self::KEEP {
                 lines.pop_front();
             }
@@ -201,20 +252,12 @@ impl Drop for Charts {
 }
 
 fn charts() -> Charts {
-    let dir = std::env::temp_dir().join(format!("btp-chaos-charts-{}", std::process::id()));
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources");
+    let dir = temp_dir("chaos-charts");
     let (v1, v2) = (dir.join("v1"), dir.join("v2"));
-    for chart in [&v1, &v2] {
-        std::fs::create_dir_all(chart.join("apply")).unwrap();
-        std::fs::create_dir_all(chart.join("delete")).unwrap();
-        for file in std::fs::read_dir(source.join("apply")).unwrap() {
-            let file = file.unwrap().path();
-            std::fs::copy(&file, chart.join("apply").join(file.file_name().unwrap())).unwrap();
-        }
-    }
-    std::fs::copy(source.join("chart-version"), v1.join("chart-version")).unwrap();
+    copy_chart(&v1);
+    copy_chart(&v2);
     std::fs::write(v2.join("chart-version"), "v9.9.9\n").unwrap();
-    let services = std::fs::read_to_string(source.join("apply/service.yml")).unwrap();
+    let services = std::fs::read_to_string(v1.join("apply/service.yml")).unwrap();
     let renamed = services.replace(
         &format!("name: {METRICS_SERVICE}\n"),
         &format!("name: {METRICS_SERVICE_V2}\n"),
@@ -231,12 +274,15 @@ fn charts() -> Charts {
 
 /// A running manager and the sender that asks it to shut down.
 struct Running {
-    manager: app::Manager,
+    manager: manager::Manager,
     term: watch::Sender<bool>,
 }
 
+/// How long a start the faults broke waits before the next: a crash-looping pod's restart delay.
+const RESTART_DELAY: Duration = Duration::from_millis(100);
+
 /// The manager under test, restarted at will, and the disruption planned for the current step.
-struct Chaos<'a> {
+struct UnderTest<'a> {
     server: &'a RunningApiServer,
     webhook_port: u16,
     chart: PathBuf,
@@ -252,7 +298,7 @@ struct Chaos<'a> {
     failed_starts: usize,
 }
 
-impl Chaos<'_> {
+impl UnderTest<'_> {
     fn args(&self) -> Box<RunArgs> {
         let port = self.webhook_port;
         let cli = Cli::try_parse_from([
@@ -284,27 +330,25 @@ impl Chaos<'_> {
     /// Start the manager; a start the faults break is retried, as a restarting pod would be.
     async fn start(&mut self) {
         let args = self.args();
-        let end = Instant::now() + STEP_DEADLINE;
-        loop {
+        let (server, failed) = (self.server, std::cell::Cell::new(0));
+        let started = try_eventually_every(RESTART_DELAY, STEP_DEADLINE, || {
             let (term, term_rx) = watch::channel(false);
-            match app::start(
-                &args,
-                app::manager_client(self.server.kube_config_as(MANAGER_USER)).expect("a client"),
-                term_rx,
-            )
-            .await
-            {
-                Ok(manager) => {
-                    self.running = Some(Running { manager, term });
-                    return;
+            let client = manager_client(server.kube_config_as(MANAGER_USER)).expect("a client");
+            let builder = ManagerBuilder::new(client, Options::run(&args)).expect("the chaos test's options");
+            let failed = &failed;
+            async move {
+                let started = builder.start(term_rx).await;
+                if started.is_err() {
+                    failed.set(failed.get() + 1);
                 }
-                Err(e) => {
-                    self.failed_starts += 1;
-                    assert!(Instant::now() < end, "the manager did not start: {e:#}");
-                    // A crash-looping pod's restart delay, not a synchronization.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                started.map(|manager| Running { manager, term })
             }
+        })
+        .await;
+        self.failed_starts += failed.get();
+        match started {
+            Ok(running) => self.running = Some(running),
+            Err(e) => panic!("the manager did not start: {e:#}"),
         }
     }
 
@@ -343,33 +387,43 @@ impl Chaos<'_> {
         }
     }
 
-    /// Poll `done` until it holds (carrying out a disruption when it is due); panic after the deadline.
+    /// Carry out the planned disruption if it is due.
+    async fn disrupt_when_due(&mut self) {
+        if let Some((at, kill)) = self.disruption {
+            if Instant::now() >= at {
+                self.disruption = None;
+                self.restart(kill).await;
+            }
+        }
+    }
+
+    /// [`eventually`] `done` holds within [`STEP_DEADLINE`], carrying out the planned disruption before
+    /// the poll at which it is due; a timeout shows the CR.
     async fn until<F, Fut>(&mut self, what: &str, mut done: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let end = Instant::now() + STEP_DEADLINE;
-        loop {
-            if let Some((at, kill)) = self.disruption {
-                if Instant::now() >= at {
-                    self.disruption = None;
-                    self.restart(kill).await;
-                }
+        let server = self.server;
+        let this = tokio::sync::Mutex::new(self);
+        let held = try_eventually(STEP_DEADLINE, || {
+            // Made now, run after the disruption: a future does nothing until it is polled.
+            let done = done();
+            let this = &this;
+            async move {
+                this.lock().await.disrupt_when_due().await;
+                done.await
             }
-            if done().await {
-                return;
-            }
-            if Instant::now() >= end {
-                let cr = Api::<BtpOperator>::namespaced(self.server.client().await, NS)
-                    .get_opt(names::BTP_OPERATOR_NAME)
-                    .await;
-                panic!(
-                    "not within {STEP_DEADLINE:?}: {what}; the CR: {:?}",
-                    cr.map(|c| c.map(|c| (c.metadata.finalizers, c.metadata.deletion_timestamp, c.status)))
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        })
+        .await;
+        if held.is_err() {
+            let cr = Api::<BtpOperator>::namespaced(server.client().await, NS)
+                .get_opt(names::BTP_OPERATOR_NAME)
+                .await;
+            panic!(
+                "not within {STEP_DEADLINE:?}: {what}; the CR: {:?}",
+                cr.map(|c| c.map(|c| (c.metadata.finalizers, c.metadata.deletion_timestamp, c.status)))
+            );
         }
     }
 }
@@ -553,33 +607,6 @@ fn written<T>(result: Result<T, kube::Error>) -> bool {
     }
 }
 
-/// Set one key of the credentials Secret (retried while the manager's webhooks, which guard it, are down).
-async fn change_required_secret(chaos: &mut Chaos<'_>, secrets: &Api<Secret>, key: &str, value: &str) {
-    let patch = serde_json::json!({"stringData": {key: value}});
-    chaos
-        .until(&format!("the credentials Secret's {key} is changed"), || async {
-            written(
-                secrets
-                    .patch(
-                        names::REQUIRED_SECRET_NAME,
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await,
-            )
-        })
-        .await;
-}
-
-async fn cr_ready(crs: &Api<BtpOperator>) -> bool {
-    crs.get_opt(names::BTP_OPERATOR_NAME)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|c| c.status)
-        .is_some_and(|s| s.state == State::Ready)
-}
-
 async fn secret_value(secrets: &Api<Secret>, name: &str, key: &str) -> Option<Vec<u8>> {
     secrets
         .get_opt(name)
@@ -639,6 +666,459 @@ async fn operand_certs_valid(client: &kube::Client) -> bool {
     decision == Decision::Keep && !bundles.is_empty() && bundles.iter().all(|b| b.as_ref() == Some(ca_crt))
 }
 
+/// Inject the faults `BTP_CHAOS_FAULTS` picks into the manager's requests (default all:
+/// 500,429,409,cut,kill,restart; `none` for none), to tell one disruption's effect from another's or from a
+/// logic error; whether kills and graceful restarts are picked.
+fn inject_faults(server: &RunningApiServer) -> (bool, bool) {
+    let faults = server.faults();
+    let fault = |fraction: f64, code: u16, verb: Option<&str>| {
+        faults.add(btp_apiserver::testing::FaultRule {
+            fraction,
+            code,
+            verb: verb.map(str::to_string),
+            resource: None,
+            user: Some(MANAGER_USER.into()),
+        })
+    };
+    let picked = std::env::var("BTP_CHAOS_FAULTS").unwrap_or_else(|_| "500,429,409,cut,kill,restart".into());
+    let on = |what: &str| picked.split(',').any(|p| p.trim() == what);
+    if on("500") {
+        fault(0.09, 500, None);
+    }
+    // Few 429s: each makes the client wait the second the server's Retry-After asks for, as it should
+    // (more would make the run slow, not harder).
+    if on("429") {
+        fault(0.005, 429, None);
+    }
+    if on("409") {
+        fault(0.03, 409, Some("create"));
+        fault(0.03, 409, Some("update"));
+    }
+    if on("cut") {
+        faults.cut_watches_randomly(0.05);
+    }
+    (on("kill"), on("restart"))
+}
+
+/// What the run has seen so far, for its summary.
+#[derive(Default)]
+struct Totals {
+    requests: usize,
+    /// The highest count of the manager's requests in one second.
+    peak_rate: usize,
+    /// The most requests the manager sent at rest in one window.
+    at_rest: usize,
+    /// Windows measured again after a leadership term began in them.
+    at_rest_remeasured: usize,
+}
+
+/// One chaos run: the manager under test, the cluster as the test sees it, where the run is; each step of
+/// an iteration is a method.
+struct Chaos<'a> {
+    manager: UnderTest<'a>,
+    env: &'a Env,
+    client: kube::Client,
+    crs: Api<BtpOperator>,
+    secrets: Api<Secret>,
+    cms: Api<ConfigMap>,
+    charts: Charts,
+    progress: Progress,
+    /// The user's objects before the first iteration.
+    users_before: BTreeMap<String, String>,
+    started: Instant,
+    totals: Totals,
+}
+
+impl<'a> Chaos<'a> {
+    /// The user's objects, the two charts, the faults, and the manager started on chart v1.
+    async fn new(env: &'a Env, seed: u64, progress: Progress) -> Chaos<'a> {
+        let server = env.server().expect("the embedded API server");
+        let client = env.client.clone();
+        env.ensure_namespace(TEAM).await;
+        create_user_objects(&client).await;
+        let users_before = user_objects(&client).await;
+        let charts = charts();
+        let webhook_port = free_port();
+        let (kill_enabled, restart_enabled) = inject_faults(server);
+        let mut manager = UnderTest {
+            server,
+            webhook_port,
+            chart: charts.v1.clone(),
+            running: None,
+            disruption: None,
+            rng: fastrand::Rng::with_seed(seed),
+            kill_enabled,
+            restart_enabled,
+            kills: 0,
+            restarts: 0,
+            failed_starts: 0,
+        };
+        manager.start().await;
+        Chaos {
+            manager,
+            env,
+            crs: env.crs(NS),
+            secrets: Api::namespaced(client.clone(), NS),
+            cms: Api::namespaced(client.clone(), NS),
+            client,
+            charts,
+            progress,
+            users_before,
+            started: Instant::now(),
+            totals: Totals::default(),
+        }
+    }
+
+    /// One iteration of the manager's whole life, from a clean cluster back to one; everything it chooses
+    /// comes from the seed and the iteration alone.
+    async fn iteration(&mut self, seed: u64, iteration: u64) {
+        self.progress.iteration = iteration;
+        let iteration_seed = seed ^ iteration.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.manager.rng = fastrand::Rng::with_seed(iteration_seed);
+        self.manager.server.faults().seed(iteration_seed);
+        self.manager.disruption = None;
+        let probe = RateProbe::start(self.manager.server.request_log());
+
+        (self.progress.step, self.progress.since) = ("chart v1", Instant::now());
+        self.progress.took.clear();
+        self.back_to_chart_v1().await;
+        self.progress.step("provisioning");
+        let operand = self.provision().await;
+        self.progress.step("services");
+        self.create_services().await;
+        self.progress.step("credentials change");
+        self.change_credentials().await;
+        self.progress.step("cluster-ID change");
+        self.change_cluster_id().await;
+        self.progress.step("chart upgrade");
+        self.upgrade_chart().await;
+        self.progress.step("operand certificate repair");
+        self.repair_operand_certificate().await;
+        self.progress.step("at rest");
+        let at_rest = self.measure_at_rest().await;
+        self.progress.step("force-delete");
+        self.force_delete().await;
+        drop(operand);
+        self.progress.step("after deletion");
+        self.check_nothing_is_left().await;
+        self.check_request_bounds(probe, at_rest).await;
+    }
+
+    /// The manager back on chart v1 (the last iteration upgraded it).
+    async fn back_to_chart_v1(&mut self) {
+        if self.manager.chart != self.charts.v1 {
+            self.manager.chart = self.charts.v1.clone();
+            self.manager.restart(false).await;
+        }
+    }
+
+    /// The credentials Secret and the CR created; Ready with the first credentials. The operand stand-in
+    /// from then on.
+    async fn provision(&mut self) -> OperandDouble {
+        self.manager.plan_disruption();
+        let iteration = self.progress.iteration;
+        let (crs, secrets, cms) = (&self.crs, &self.secrets, &self.cms);
+        let secret = required_secret(iteration);
+        self.manager
+            .until("the credentials Secret is created", || async {
+                written(secrets.create(&PostParams::default(), &secret).await)
+            })
+            .await;
+        self.manager
+            .until("the BtpOperator is created", || async {
+                written(
+                    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
+                        .await,
+                )
+            })
+            .await;
+        let (secret_a, cluster_a) = (format!("secret-{iteration}-a"), format!("cluster-{iteration}-a"));
+        self.manager
+            .until("Ready with the first credentials", || async {
+                cr_ready(crs).await
+                    && secret_value(secrets, names::operand::SECRET, "clientsecret")
+                        .await
+                        .as_deref()
+                        == Some(secret_a.as_bytes())
+                    && configmap_value(cms, names::operand::CONFIGMAP, "CLUSTER_ID")
+                        .await
+                        .as_deref()
+                        == Some(cluster_a.as_str())
+            })
+            .await;
+        self.env.play_operand(true).await
+    }
+
+    /// ServiceInstances and ServiceBindings (one to eight of each), which the force-delete removes.
+    async fn create_services(&mut self) {
+        let (instances, bindings) = (self.manager.rng.usize(1..=8), self.manager.rng.usize(1..=8));
+        for i in 0..instances {
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), TEAM, &services("ServiceInstance"));
+            let si = service_instance(TEAM, &format!("si-{i}"));
+            eventually(STEP_DEADLINE, "a ServiceInstance is created", || async {
+                written(api.create(&PostParams::default(), &si).await)
+            })
+            .await;
+        }
+        for i in 0..bindings {
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), TEAM, &services("ServiceBinding"));
+            let sb = service_binding(TEAM, &format!("sb-{i}"), Some(&format!("sb-{i}-secret")));
+            eventually(STEP_DEADLINE, "a ServiceBinding is created", || async {
+                written(api.create(&PostParams::default(), &sb).await)
+            })
+            .await;
+        }
+    }
+
+    /// Set one key of the credentials Secret (retried while the manager's webhooks, which guard it, are down).
+    async fn set_credential(&mut self, key: &str, value: &str) {
+        let patch = serde_json::json!({"stringData": {key: value}});
+        let secrets = &self.secrets;
+        self.manager
+            .until(&format!("the credentials Secret's {key} is changed"), || async {
+                written(
+                    secrets
+                        .patch(
+                            names::REQUIRED_SECRET_NAME,
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await,
+                )
+            })
+            .await;
+    }
+
+    /// New credentials reach the operand Secret.
+    async fn change_credentials(&mut self) {
+        self.manager.plan_disruption();
+        let secret_b = format!("secret-{}-b", self.progress.iteration);
+        self.set_credential("clientsecret", &secret_b).await;
+        let (crs, secrets) = (&self.crs, &self.secrets);
+        self.manager
+            .until("the operand Secret holds the new credentials", || async {
+                secret_value(secrets, names::operand::SECRET, "clientsecret")
+                    .await
+                    .as_deref()
+                    == Some(secret_b.as_bytes())
+                    && cr_ready(crs).await
+            })
+            .await;
+    }
+
+    /// A new cluster ID reaches the operand's ConfigMap.
+    async fn change_cluster_id(&mut self) {
+        self.manager.plan_disruption();
+        let cluster_b = format!("cluster-{}-b", self.progress.iteration);
+        self.set_credential("cluster_id", &cluster_b).await;
+        let (crs, cms) = (&self.crs, &self.cms);
+        self.manager
+            .until("the operand runs with the new cluster ID", || async {
+                configmap_value(cms, names::operand::CONFIGMAP, "CLUSTER_ID")
+                    .await
+                    .as_deref()
+                    == Some(cluster_b.as_str())
+                    && cr_ready(crs).await
+            })
+            .await;
+    }
+
+    /// The manager restarted (or killed) with chart v2: v2 installed, the object v2 lists in `delete/` gone.
+    async fn upgrade_chart(&mut self) {
+        self.manager.plan_disruption();
+        self.manager.chart = self.charts.v2.clone();
+        let kill = self.manager.rng.u8(..3) == 0 && self.manager.kill_enabled;
+        self.manager.restart(kill).await;
+        let svcs: Api<Service> = Api::namespaced(self.client.clone(), NS);
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), NS);
+        let crs = &self.crs;
+        self.manager
+            .until("chart v2 is installed and v1's metrics Service deleted", || async {
+                let upgraded = deployments
+                    .get_opt(names::operand::DEPLOYMENT)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|d| d.labels().get(names::CHART_VERSION_LABEL).map(String::as_str) == Some("v9.9.9"));
+                upgraded
+                    && matches!(svcs.get_opt(METRICS_SERVICE).await, Ok(None))
+                    && matches!(svcs.get_opt(METRICS_SERVICE_V2).await, Ok(Some(_)))
+                    && cr_ready(crs).await
+            })
+            .await;
+    }
+
+    /// The operand's webhook certificate damaged: valid and trusted again, and exactly chart v2's objects.
+    async fn repair_operand_certificate(&mut self) {
+        self.manager.plan_disruption();
+        let (client, crs, secrets) = (&self.client, &self.crs, &self.secrets);
+        self.manager
+            .until("the operand's webhook certificate is damaged", || async {
+                let Ok(mut s) = secrets.get(names::operand::WEBHOOK_SECRET).await else {
+                    return false;
+                };
+                let data = s.data.get_or_insert_with(BTreeMap::new);
+                data.insert(
+                    keys::TLS_CRT.into(),
+                    ByteString(b"-----BEGIN CERTIFICATE-----\ngarbage".to_vec()),
+                );
+                secrets
+                    .replace(names::operand::WEBHOOK_SECRET, &PostParams::default(), &s)
+                    .await
+                    .is_ok()
+            })
+            .await;
+        self.manager
+            .until("the operand's certificates are valid again and trusted", || async {
+                operand_certs_valid(client).await && cr_ready(crs).await
+            })
+            .await;
+        let want = expected(&self.charts.v2);
+        self.manager
+            .until("exactly chart v2's objects are installed", || async {
+                installed_objects(client).await == want
+            })
+            .await;
+    }
+
+    /// The converged manager's requests in [`AT_REST`] (measured again when a leadership term began in the
+    /// window), within [`MAX_REQUESTS_AT_REST`].
+    async fn measure_at_rest(&mut self) -> usize {
+        let log = self.manager.server.request_log();
+        let mut remeasured = 0;
+        let at_rest = loop {
+            let (before, began) = (log.len(), Instant::now());
+            tokio::time::sleep(AT_REST).await; // the window measured, not a synchronization
+            let at_rest = log.since(before).iter().filter(|r| r.user == MANAGER_USER).count();
+            // A term that began shortly before this window (a lease taken over after a restart) sends its
+            // lists and watches into it: the next window tells whether the manager comes to rest.
+            let term_began = began
+                .checked_sub(TERM_START)
+                .is_some_and(|t| self.progress.logs.term_began_since(t));
+            if at_rest > MAX_REQUESTS_AT_REST && term_began && remeasured < AT_REST_REMEASURES {
+                println!("chaos: {at_rest} requests at rest in a window where a leadership term began; measured again");
+                // Why a term began while the manager was at rest: its recent leadership lines.
+                for line in self.progress.logs.leadership_lines(20) {
+                    print!("chaos:   {line}");
+                }
+                remeasured += 1;
+                self.totals.at_rest_remeasured += 1;
+                continue;
+            }
+            break at_rest;
+        };
+        assert!(
+            at_rest <= MAX_REQUESTS_AT_REST,
+            "the converged manager sent {at_rest} requests in {AT_REST:?} (bound {MAX_REQUESTS_AT_REST})"
+        );
+        self.totals.at_rest = self.totals.at_rest.max(at_rest);
+        at_rest
+    }
+
+    /// The CR labelled force-delete and deleted: gone.
+    async fn force_delete(&mut self) {
+        self.manager.plan_disruption();
+        let crs = &self.crs;
+        let label = serde_json::json!({"metadata": {"labels": {names::FORCE_DELETE_LABEL: "true"}}});
+        self.manager
+            .until("the CR is labelled force-delete", || async {
+                written(
+                    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&label))
+                        .await,
+                )
+            })
+            .await;
+        self.manager
+            .until("the CR deletion is accepted", || async {
+                crs.delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
+                    .await
+                    .is_ok()
+            })
+            .await;
+        self.manager
+            .until("the BtpOperator is gone", || async {
+                matches!(crs.get_opt(names::BTP_OPERATOR_NAME).await, Ok(None))
+            })
+            .await;
+    }
+
+    /// After the deletion: no service, module object or finalizer of ours left, the user's objects untouched
+    /// and the credentials Secret kept (then deleted, for the next iteration).
+    async fn check_nothing_is_left(&self) {
+        let (client, secrets) = (&self.client, &self.secrets);
+        assert_eq!(
+            count_services(client).await,
+            0,
+            "every ServiceInstance and ServiceBinding is gone"
+        );
+        let left = installed_objects(client).await;
+        assert!(left.is_empty(), "nothing of the module is left: {left:?}");
+        let finalizers = our_finalizers(client).await;
+        assert!(finalizers.is_empty(), "no finalizer of ours is left: {finalizers:?}");
+        assert_eq!(
+            user_objects(client).await,
+            self.users_before,
+            "the user's objects are untouched"
+        );
+        assert!(
+            secrets.get_opt(names::REQUIRED_SECRET_NAME).await.unwrap().is_some(),
+            "the credentials Secret (the user's) is kept"
+        );
+        secrets
+            .delete(names::REQUIRED_SECRET_NAME, &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually(STEP_DEADLINE, "the credentials Secret is deleted", || async {
+            matches!(secrets.get_opt(names::REQUIRED_SECRET_NAME).await, Ok(None))
+        })
+        .await;
+    }
+
+    /// The manager's request rate stayed bounded through the iteration.
+    async fn check_request_bounds(&mut self, probe: RateProbe, at_rest: usize) {
+        let (peak, total) = probe.finish().await;
+        assert!(
+            peak <= MAX_REQUESTS_PER_SECOND,
+            "the manager sent {peak} requests in one second (bound {MAX_REQUESTS_PER_SECOND})"
+        );
+        assert!(
+            total <= MAX_REQUESTS_PER_ITERATION,
+            "the manager sent {total} requests in one iteration (bound {MAX_REQUESTS_PER_ITERATION})"
+        );
+        self.totals.peak_rate = self.totals.peak_rate.max(peak);
+        self.progress.step("invariants");
+        self.progress.report(&format!(
+            "{total} requests, at most {peak} in one second, {at_rest} at rest"
+        ));
+        self.totals.requests += total;
+        self.manager.server.request_log().clear();
+    }
+
+    /// Stop the manager gracefully and print the run's summary.
+    async fn finish(mut self, plan: &Plan) {
+        self.progress.step("shutdown");
+        self.manager.stop(false).await;
+        self.manager.server.faults().clear();
+        let iterations = plan.iterations.end - plan.iterations.start;
+        let Totals {
+            requests,
+            peak_rate,
+            at_rest,
+            at_rest_remeasured,
+        } = self.totals;
+        println!(
+            "chaos: seed {}: {iterations} iterations in {:.1?}; {} restarts ({} kills), {} failed starts; the \
+             manager sent {requests} requests, at most {peak_rate} in one second and {at_rest} in {AT_REST:?} at \
+             rest ({at_rest_remeasured} windows measured again after a leadership term began)",
+            plan.seed,
+            self.started.elapsed(),
+            self.manager.restarts,
+            self.manager.kills,
+            self.manager.failed_starts,
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life() {
     if real_cluster().is_some() {
@@ -654,7 +1134,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
         .with_writer(logs.clone())
         .try_init();
     let plan = plan();
-    let mut progress = Progress {
+    let progress = Progress {
         logs,
         seed: plan.seed,
         iteration: plan.iterations.start,
@@ -675,308 +1155,11 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
         },
     )
     .await;
-    let server = env.server().expect("the embedded API server");
-    let client = env.client.clone();
-    env.ensure_namespace(TEAM).await;
-    create_user_objects(&client).await;
-    let users_before = user_objects(&client).await;
-    let charts = charts();
-    let webhook_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
-
-    let faults = server.faults();
-    let fault = |fraction: f64, code: u16, verb: Option<&str>| {
-        faults.add(btp_apiserver::testing::FaultRule {
-            fraction,
-            code,
-            verb: verb.map(str::to_string),
-            resource: None,
-            user: Some(MANAGER_USER.into()),
-        })
-    };
-    // `BTP_CHAOS_FAULTS` picks the disruptions (default all: 500,429,409,cut,kill,restart; `none` for none),
-    // to tell one's effect from another's or from a logic error.
-    let picked = std::env::var("BTP_CHAOS_FAULTS").unwrap_or_else(|_| "500,429,409,cut,kill,restart".into());
-    let on = |what: &str| picked.split(',').any(|p| p.trim() == what);
-    if on("500") {
-        fault(0.09, 500, None);
-    }
-    // Few 429s: each makes the client wait the second the server's Retry-After asks for, as it should
-    // (more would make the run slow, not harder).
-    if on("429") {
-        fault(0.005, 429, None);
-    }
-    if on("409") {
-        fault(0.03, 409, Some("create"));
-        fault(0.03, 409, Some("update"));
-    }
-    if on("cut") {
-        faults.cut_watches_randomly(0.05);
-    }
-    let (kills, restarts) = (on("kill"), on("restart"));
-    let mut chaos = Chaos {
-        server,
-        webhook_port,
-        chart: charts.v1.clone(),
-        running: None,
-        disruption: None,
-        rng: fastrand::Rng::with_seed(plan.seed),
-        kill_enabled: kills,
-        restart_enabled: restarts,
-        kills: 0,
-        restarts: 0,
-        failed_starts: 0,
-    };
-    chaos.start().await;
-    let crs = env.crs(NS);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    let started = Instant::now();
-    let (mut peak_rate, mut requests, mut quietest) = (0, 0, 0);
-
+    let mut chaos = Chaos::new(&env, plan.seed, progress).await;
     for iteration in plan.iterations.clone() {
-        progress.iteration = iteration;
-        // Everything this iteration chooses comes from the seed and the iteration alone.
-        let iteration_seed = plan.seed ^ iteration.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        chaos.rng = fastrand::Rng::with_seed(iteration_seed);
-        faults.seed(iteration_seed);
-        chaos.disruption = None;
-        let probe = RateProbe::start(server.request_log());
-
-        (progress.step, progress.since) = ("chart v1", Instant::now());
-        progress.took.clear();
-        if chaos.chart != charts.v1 {
-            chaos.chart = charts.v1.clone();
-            chaos.restart(false).await;
-        }
-
-        progress.step("provisioning");
-        chaos.plan_disruption();
-        let secret = required_secret(iteration);
-        chaos
-            .until("the credentials Secret is created", || async {
-                written(secrets.create(&PostParams::default(), &secret).await)
-            })
-            .await;
-        chaos
-            .until("the BtpOperator is created", || async {
-                written(
-                    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
-                        .await,
-                )
-            })
-            .await;
-        let (secret_a, cluster_a) = (format!("secret-{iteration}-a"), format!("cluster-{iteration}-a"));
-        chaos
-            .until("Ready with the first credentials", || async {
-                cr_ready(&crs).await
-                    && secret_value(&secrets, names::operand::SECRET, "clientsecret")
-                        .await
-                        .as_deref()
-                        == Some(secret_a.as_bytes())
-                    && configmap_value(&cms, names::operand::CONFIGMAP, "CLUSTER_ID")
-                        .await
-                        .as_deref()
-                        == Some(cluster_a.as_str())
-            })
-            .await;
-        let operand = env.play_operand(true).await;
-
-        progress.step("services");
-        let (instances, bindings) = (chaos.rng.usize(1..=8), chaos.rng.usize(1..=8));
-        for i in 0..instances {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), TEAM, &services("ServiceInstance"));
-            let si = service_instance(TEAM, &format!("si-{i}"));
-            eventually(STEP_DEADLINE, "a ServiceInstance is created", || async {
-                written(api.create(&PostParams::default(), &si).await)
-            })
-            .await;
-        }
-        for i in 0..bindings {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), TEAM, &services("ServiceBinding"));
-            let sb = service_binding(TEAM, &format!("sb-{i}"), Some(&format!("sb-{i}-secret")));
-            eventually(STEP_DEADLINE, "a ServiceBinding is created", || async {
-                written(api.create(&PostParams::default(), &sb).await)
-            })
-            .await;
-        }
-
-        progress.step("credentials change");
-        chaos.plan_disruption();
-        let secret_b = format!("secret-{iteration}-b");
-        change_required_secret(&mut chaos, &secrets, "clientsecret", &secret_b).await;
-        chaos
-            .until("the operand Secret holds the new credentials", || async {
-                secret_value(&secrets, names::operand::SECRET, "clientsecret")
-                    .await
-                    .as_deref()
-                    == Some(secret_b.as_bytes())
-                    && cr_ready(&crs).await
-            })
-            .await;
-
-        progress.step("cluster-ID change");
-        chaos.plan_disruption();
-        let cluster_b = format!("cluster-{iteration}-b");
-        change_required_secret(&mut chaos, &secrets, "cluster_id", &cluster_b).await;
-        chaos
-            .until("the operand runs with the new cluster ID", || async {
-                configmap_value(&cms, names::operand::CONFIGMAP, "CLUSTER_ID")
-                    .await
-                    .as_deref()
-                    == Some(cluster_b.as_str())
-                    && cr_ready(&crs).await
-            })
-            .await;
-
-        progress.step("chart upgrade");
-        chaos.plan_disruption();
-        chaos.chart = charts.v2.clone();
-        let kill = chaos.rng.u8(..3) == 0 && chaos.kill_enabled;
-        chaos.restart(kill).await;
-        let svcs: Api<Service> = Api::namespaced(client.clone(), NS);
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
-        chaos
-            .until("chart v2 is installed and v1's metrics Service deleted", || async {
-                let upgraded = deployments
-                    .get_opt(names::operand::DEPLOYMENT)
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|d| d.labels().get(names::CHART_VERSION_LABEL).map(String::as_str) == Some("v9.9.9"));
-                upgraded
-                    && matches!(svcs.get_opt(METRICS_SERVICE).await, Ok(None))
-                    && matches!(svcs.get_opt(METRICS_SERVICE_V2).await, Ok(Some(_)))
-                    && cr_ready(&crs).await
-            })
-            .await;
-
-        progress.step("operand certificate repair");
-        chaos.plan_disruption();
-        chaos
-            .until("the operand's webhook certificate is damaged", || async {
-                let Ok(mut s) = secrets.get(names::operand::WEBHOOK_SECRET).await else {
-                    return false;
-                };
-                let data = s.data.get_or_insert_with(BTreeMap::new);
-                data.insert(
-                    keys::TLS_CRT.into(),
-                    ByteString(b"-----BEGIN CERTIFICATE-----\ngarbage".to_vec()),
-                );
-                secrets
-                    .replace(names::operand::WEBHOOK_SECRET, &PostParams::default(), &s)
-                    .await
-                    .is_ok()
-            })
-            .await;
-        chaos
-            .until("the operand's certificates are valid again and trusted", || async {
-                operand_certs_valid(&client).await && cr_ready(&crs).await
-            })
-            .await;
-        let want = expected(&charts.v2);
-        chaos
-            .until("exactly chart v2's objects are installed", || async {
-                installed_objects(&client).await == want
-            })
-            .await;
-        progress.step("at rest");
-        let log = server.request_log();
-        let before = log.len();
-        tokio::time::sleep(AT_REST).await; // the window measured, not a synchronization
-        let at_rest = log.since(before).iter().filter(|r| r.user == MANAGER_USER).count();
-        assert!(
-            at_rest <= MAX_REQUESTS_AT_REST,
-            "the converged manager sent {at_rest} requests in {AT_REST:?} (bound {MAX_REQUESTS_AT_REST})"
-        );
-        quietest = quietest.max(at_rest);
-
-        progress.step("force-delete");
-        chaos.plan_disruption();
-        let label = serde_json::json!({"metadata": {"labels": {names::FORCE_DELETE_LABEL: "true"}}});
-        chaos
-            .until("the CR is labelled force-delete", || async {
-                written(
-                    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&label))
-                        .await,
-                )
-            })
-            .await;
-        chaos
-            .until("the CR deletion is accepted", || async {
-                crs.delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
-                    .await
-                    .is_ok()
-            })
-            .await;
-        chaos
-            .until("the BtpOperator is gone", || async {
-                matches!(crs.get_opt(names::BTP_OPERATOR_NAME).await, Ok(None))
-            })
-            .await;
-        drop(operand);
-
-        progress.step("after deletion");
-        assert_eq!(
-            count_services(&client).await,
-            0,
-            "every ServiceInstance and ServiceBinding is gone"
-        );
-        let left = installed_objects(&client).await;
-        assert!(left.is_empty(), "nothing of the module is left: {left:?}");
-        let finalizers = our_finalizers(&client).await;
-        assert!(finalizers.is_empty(), "no finalizer of ours is left: {finalizers:?}");
-        assert_eq!(
-            user_objects(&client).await,
-            users_before,
-            "the user's objects are untouched"
-        );
-        assert!(
-            secrets.get_opt(names::REQUIRED_SECRET_NAME).await.unwrap().is_some(),
-            "the credentials Secret (the user's) is kept"
-        );
-        secrets
-            .delete(names::REQUIRED_SECRET_NAME, &DeleteParams::default())
-            .await
-            .unwrap();
-        eventually(STEP_DEADLINE, "the credentials Secret is deleted", || async {
-            matches!(secrets.get_opt(names::REQUIRED_SECRET_NAME).await, Ok(None))
-        })
-        .await;
-
-        let (peak, total) = probe.finish().await;
-        assert!(
-            peak <= MAX_REQUESTS_PER_SECOND,
-            "the manager sent {peak} requests in one second (bound {MAX_REQUESTS_PER_SECOND})"
-        );
-        assert!(
-            total <= MAX_REQUESTS_PER_ITERATION,
-            "the manager sent {total} requests in one iteration (bound {MAX_REQUESTS_PER_ITERATION})"
-        );
-        peak_rate = peak_rate.max(peak);
-        progress.step("invariants");
-        progress.report(&format!(
-            "{total} requests, at most {peak} in one second, {at_rest} at rest"
-        ));
-        requests += total;
-        server.request_log().clear();
+        chaos.iteration(plan.seed, iteration).await;
     }
-
-    progress.step("shutdown");
-    chaos.stop(false).await;
-    faults.clear();
-    let iterations = plan.iterations.end - plan.iterations.start;
-    println!(
-        "chaos: seed {}: {iterations} iterations in {:.1?}; {} restarts ({} kills), {} failed starts; the \
-         manager sent {requests} requests, at most {peak_rate} in one second and {quietest} in {AT_REST:?} at rest",
-        plan.seed,
-        started.elapsed(),
-        chaos.restarts,
-        chaos.kills,
-        chaos.failed_starts,
-    );
+    chaos.finish(&plan).await;
     env.stop().await;
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use btp_api::{names, State};
+use btp_api::{names, Reason};
 use btp_manager::config::Config;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -38,8 +38,7 @@ async fn the_ready_timeout_clock_restarts_when_the_wait_restarts() {
         ..Config::default()
     };
     let env = Env::start(config, false).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    env.create_secret_and_cr().await;
     // The first wait begins; the Secret goes missing in the middle of it.
     eventually(Duration::from_secs(5), "the operand Deployment exists", || async {
         Api::<Deployment>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
@@ -54,35 +53,14 @@ async fn the_ready_timeout_clock_restarts_when_the_wait_restarts() {
         .delete(names::REQUIRED_SECRET_NAME, &DeleteParams::default())
         .await
         .unwrap();
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Warning,
-        "MissingSecret",
-        Duration::from_secs(5),
-    )
-    .await;
+    env.wait_cr(Reason::MissingSecret, 5).await;
     // Longer than the first wait's timeout passes while the Secret is missing.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let restored = Instant::now();
     env.create_secret(credentials(), true).await;
     // A new wait: Processing first, and the timeout only after a full ReadyTimeout.
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Processing,
-        "Updated",
-        Duration::from_secs(5),
-    )
-    .await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Error,
-        "ProvisioningFailed",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::Updated, 5).await;
+    env.wait_cr(Reason::ProvisioningFailed, 10).await;
     let waited = restored.elapsed();
     assert!(
         waited >= Duration::from_millis(2900),
@@ -98,50 +76,25 @@ async fn an_outage_after_ready_that_times_out_is_a_reconcile_failure() {
         ..Config::default()
     };
     let env = Env::start(config, false).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    env.create_secret_and_cr().await;
     set_available(&env, true).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     set_available(&env, false).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Error,
-            "ReconcileFailed",
-            Duration::from_secs(10),
-        )
-        .await;
+    let cr = env.wait_cr(Reason::ReconcileFailed, 10).await;
     assert!(cr.status.unwrap().conditions[0]
         .message
         .starts_with("timed out while waiting for resources readiness"));
     // And back once the operand recovers.
     set_available(&env, true).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     env.stop().await;
 }
 
 #[tokio::test]
 async fn a_failing_api_is_retried_with_backoff_not_hammered() {
     let env = ready_env(Config::default()).await;
-    let Some(server) = env.server() else {
-        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
-        env.stop().await;
-        return;
+    let Some(server) = env.embedded() else {
+        return env.stop().await;
     };
     // Status writes fail; then the Secret goes, so every pass has a status to write and fails.
     server.faults().fail(1.0, 500, Some("patch"), Some("btpoperators"));
@@ -167,14 +120,7 @@ async fn a_failing_api_is_retried_with_backoff_not_hammered() {
     assert!(passes <= 4, "{passes} failed passes in 6 s");
     assert!(requests <= 250, "{requests} requests in 6 s against a failing API");
     // The next retry succeeds and resets the backoff.
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Warning,
-        "MissingSecret",
-        Duration::from_secs(20),
-    )
-    .await;
+    env.wait_cr(Reason::MissingSecret, 20).await;
     eventually(
         Duration::from_secs(5),
         "the success resets the failure count",
@@ -215,21 +161,13 @@ async fn the_runtime_configmap_is_read_before_the_first_reconcile() {
     )
     .await;
     runtime_configmap(&env, serde_json::json!({"EnableLimitedCache": "false"})).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    env.create_secret_and_cr().await;
     if let Some(log) = env.request_log() {
         log.clear();
     }
     let mut env = env;
     env.restart_manager().await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     use k8s_openapi::api::core::v1::ConfigMap;
     let operand: ConfigMap = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM)
         .get("sap-btp-operator-config")
@@ -249,7 +187,7 @@ async fn an_invalid_value_keeps_the_previous_one_and_watched_names_wait_for_a_re
     let env = ready_env(Config::default()).await;
     runtime_configmap(&env, serde_json::json!({"ReadyTimeout": "10s"})).await;
     eventually(Duration::from_secs(5), "ReadyTimeout applied", || async {
-        env.ctx.config().ready_timeout == Duration::from_secs(10)
+        env.ctx.settings().config.ready_timeout == Duration::from_secs(10)
     })
     .await;
     runtime_configmap(
@@ -259,10 +197,10 @@ async fn an_invalid_value_keeps_the_previous_one_and_watched_names_wait_for_a_re
     )
     .await;
     eventually(Duration::from_secs(5), "the new ConfigMap applied", || async {
-        env.ctx.config().enable_limited_cache == "false"
+        env.ctx.settings().config.enable_limited_cache == "false"
     })
     .await;
-    let config = env.ctx.config();
+    let config = env.ctx.settings().config.clone();
     assert_eq!(
         config.ready_timeout,
         Duration::from_secs(10),
@@ -273,13 +211,6 @@ async fn an_invalid_value_keeps_the_previous_one_and_watched_names_wait_for_a_re
         "a watched object's name changes at the next start"
     );
     reconcile_now(&env).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(5),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 5).await;
     env.stop().await;
 }

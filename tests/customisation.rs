@@ -4,7 +4,7 @@
 mod common;
 
 use base64::Engine as _;
-use btp_api::names;
+use btp_api::{names, Reason};
 use btp_manager::config::Config;
 use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -12,15 +12,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use std::time::Duration;
 
 const NS: &str = names::KYMA_SYSTEM;
-
-async fn patch_required(env: &Env, string_data: serde_json::Value) {
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
-    let patch = serde_json::json!({"stringData": string_data});
-    secrets
-        .patch("sap-btp-manager", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
 
 async fn operand_secret(env: &Env, ns: &str) -> Option<Secret> {
     Api::<Secret>::namespaced(env.client.clone(), ns)
@@ -113,7 +104,8 @@ async fn a_custom_credentials_namespace_moves_the_operand_secret_and_back() {
     env.ensure_namespace(CUSTOM).await;
     let first = running_operand(&env, NS, "cluster-1").await;
 
-    patch_required(&env, serde_json::json!({"credentials_namespace": CUSTOM})).await;
+    env.patch_secret(serde_json::json!({"stringData": {"credentials_namespace": CUSTOM}}))
+        .await;
     eventually(
         Duration::from_secs(10),
         "operand Secret and cluster-ID Secret only in credentials-namespace, ConfigMap updated",
@@ -141,7 +133,8 @@ async fn a_custom_credentials_namespace_moves_the_operand_secret_and_back() {
     assert!(!moved.contains_key("credentials_namespace"));
 
     // And back.
-    patch_required(&env, serde_json::json!({"credentials_namespace": NS})).await;
+    env.patch_secret(serde_json::json!({"stringData": {"credentials_namespace": NS}}))
+        .await;
     eventually(
         Duration::from_secs(10),
         "operand Secret and cluster-ID Secret back in kyma-system only",
@@ -156,14 +149,7 @@ async fn a_custom_credentials_namespace_moves_the_operand_secret_and_back() {
     .await;
     let third = running_operand(&env, NS, "cluster-1").await;
     assert_ne!(second, third, "the operand restarted with the old namespace");
-    env.wait_for(
-        NS,
-        names::BTP_OPERATOR_NAME,
-        btp_api::State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(5),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 5).await;
     env.stop().await;
 }
 
@@ -172,7 +158,8 @@ async fn a_new_cluster_id_updates_the_configmap_and_restarts_the_operand_with_it
     let env = ready_env(Config::default()).await;
     let first = running_operand(&env, NS, "cluster-1").await;
 
-    patch_required(&env, serde_json::json!({"cluster_id": "cluster-2"})).await;
+    env.patch_secret(serde_json::json!({"stringData": {"cluster_id": "cluster-2"}}))
+        .await;
     eventually(
         Duration::from_secs(10),
         "CLUSTER_ID updated and the operand restarted with it",
@@ -187,14 +174,7 @@ async fn a_new_cluster_id_updates_the_configmap_and_restarts_the_operand_with_it
             .as_deref(),
         Some("cluster-1")
     );
-    env.wait_for(
-        NS,
-        names::BTP_OPERATOR_NAME,
-        btp_api::State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(5),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 5).await;
     env.stop().await;
 }
 
@@ -240,7 +220,8 @@ async fn a_cluster_id_secret_changed_by_hand_is_repaired() {
 #[tokio::test]
 async fn a_changed_client_id_reaches_the_operand_secret() {
     let env = ready_env(Config::default()).await;
-    patch_required(&env, serde_json::json!({"clientid": "rotated-client-id"})).await;
+    env.patch_secret(serde_json::json!({"stringData": {"clientid": "rotated-client-id"}}))
+        .await;
     eventually(Duration::from_secs(5), "clientid propagated", || async {
         operand_secret(&env, NS)
             .await

@@ -4,7 +4,7 @@
 
 mod common;
 
-use btp_api::{names, BtpOperator, State};
+use btp_api::{names, BtpOperator, Reason, State};
 use btp_manager::config::Config;
 use common::operand::{service_binding, service_instance, services};
 use common::*;
@@ -19,28 +19,9 @@ async fn installed(env: &Env) -> Vec<String> {
     installed_objects(&env.client).await.into_iter().collect()
 }
 
-async fn delete_cr(env: &Env) {
-    env.crs(names::KYMA_SYSTEM)
-        .delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
-        .await
-        .unwrap();
-}
-
-async fn wait_gone(env: &Env, within: Duration) {
-    let crs = env.crs(names::KYMA_SYSTEM);
-    eventually(within, "the BtpOperator is gone", || {
-        let crs = crs.clone();
-        async move { crs.get_opt(names::BTP_OPERATOR_NAME).await.unwrap().is_none() }
-    })
-    .await;
-}
-
 async fn label_force_delete(env: &Env) {
-    let patch = serde_json::json!({"metadata": {"labels": {names::FORCE_DELETE_LABEL: "true"}}});
-    env.crs(names::KYMA_SYSTEM)
-        .patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    env.patch_cr(serde_json::json!({"metadata": {"labels": {names::FORCE_DELETE_LABEL: "true"}}}))
+        .await;
 }
 
 fn api(env: &Env, ns: &str, kind: &str) -> Api<DynamicObject> {
@@ -80,8 +61,8 @@ async fn a_deletion_with_nothing_blocking_removes_every_module_resource_and_the_
         installed(&env).await
     );
 
-    delete_cr(&env).await;
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.delete_cr().await;
+    env.wait_cr_gone(10).await;
 
     assert_eq!(installed(&env).await, Vec::<String>::new(), "nothing of ours is left");
     let secrets = Api::<Secret>::namespaced(env.client.clone(), names::KYMA_SYSTEM);
@@ -111,16 +92,8 @@ async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_dele
     create(&env, "team-a", &service_instance("team-a", "si-1")).await;
     create(&env, "team-a", &service_binding("team-a", "sb-1", None)).await;
 
-    delete_cr(&env).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Warning,
-            "ServiceInstancesAndBindingsNotCleaned",
-            Duration::from_secs(10),
-        )
-        .await;
+    env.delete_cr().await;
+    let cr = env.wait_cr(Reason::ServiceInstancesAndBindingsNotCleaned, 10).await;
     let message = &cr.status.unwrap().conditions[0].message;
     assert_eq!(
         message,
@@ -169,7 +142,7 @@ async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_dele
         count_services(&env.client).await == 0
     })
     .await;
-    wait_gone(&env, Duration::from_secs(2)).await;
+    env.wait_cr_gone(2).await;
     assert_eq!(installed(&env).await, Vec::<String>::new());
     env.stop().await;
 }
@@ -181,18 +154,11 @@ async fn force_delete_while_blocked_deletes_the_services_then_everything_else() 
     env.ensure_namespace("team-b").await;
     create(&env, "team-b", &service_instance("team-b", "si-1")).await;
     create(&env, "team-b", &service_binding("team-b", "sb-1", None)).await;
-    delete_cr(&env).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Warning,
-        "ServiceInstancesAndBindingsNotCleaned",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.delete_cr().await;
+    env.wait_cr(Reason::ServiceInstancesAndBindingsNotCleaned, 10).await;
 
     label_force_delete(&env).await;
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.wait_cr_gone(10).await;
     assert_eq!(count_services(&env.client).await, 0);
     assert_eq!(installed(&env).await, Vec::<String>::new());
     env.stop().await;
@@ -230,16 +196,9 @@ async fn a_hard_delete_that_times_out_ends_in_a_soft_delete_that_removes_binding
         secrets.create(&PostParams::default(), &s).await.unwrap();
     }
     label_force_delete(&env).await;
-    delete_cr(&env).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Deleting,
-        "SoftDeleting",
-        Duration::from_secs(10),
-    )
-    .await;
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.delete_cr().await;
+    env.wait_cr(Reason::SoftDeleting, 10).await;
+    env.wait_cr_gone(10).await;
 
     assert_eq!(
         count_services(&env.client).await,
@@ -274,15 +233,8 @@ async fn a_manager_restarted_during_the_hard_delete_and_during_the_soft_delete_s
     env.ensure_namespace("team-d").await;
     create(&env, "team-d", &service_instance("team-d", "si-1")).await;
     label_force_delete(&env).await;
-    delete_cr(&env).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Deleting,
-        "HardDeleting",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.delete_cr().await;
+    env.wait_cr(Reason::HardDeleting, 10).await;
     // In the middle of the hard delete (the instance is terminating, its finalizer stays).
     eventually(Duration::from_secs(5), "the hard delete issued its deletes", || async {
         let si = api(&env, "team-d", "ServiceInstance").get_opt("si-1").await.unwrap();
@@ -290,17 +242,10 @@ async fn a_manager_restarted_during_the_hard_delete_and_during_the_soft_delete_s
     })
     .await;
     env.restart_manager().await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Deleting,
-        "SoftDeleting",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::SoftDeleting, 10).await;
     // And again, once the soft delete has begun.
     env.restart_manager().await;
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.wait_cr_gone(10).await;
     assert_eq!(count_services(&env.client).await, 0);
     assert_eq!(installed(&env).await, Vec::<String>::new());
     env.stop().await;
@@ -309,19 +254,12 @@ async fn a_manager_restarted_during_the_hard_delete_and_during_the_soft_delete_s
 #[tokio::test]
 async fn a_new_cr_after_a_finished_deprovisioning_provisions_again() {
     let env = ready_env(config()).await;
-    delete_cr(&env).await;
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.delete_cr().await;
+    env.wait_cr_gone(10).await;
     assert_eq!(installed(&env).await, Vec::<String>::new());
 
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     assert!(Api::<Deployment>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
         .get_opt("sap-btp-operator-controller-manager")
         .await
@@ -333,25 +271,20 @@ async fn a_new_cr_after_a_finished_deprovisioning_provisions_again() {
 #[tokio::test]
 async fn an_ignored_cr_is_left_exactly_as_it_is_even_when_deleted() {
     let env = ready_env(config()).await;
-    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "ignore"}}});
-    let crs = env.crs(names::KYMA_SYSTEM);
-    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    delete_cr(&env).await;
+    env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "ignore"}}}))
+        .await;
+    env.delete_cr().await;
     // The manager must not act; give it the time it needs to act, then check nothing happened.
     reconcile_now_ignored(&env).await;
-    let cr: BtpOperator = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
+    let cr: BtpOperator = env.cr().await;
     assert_eq!(cr.status.as_ref().unwrap().state, State::Ready, "no status written");
     assert!(cr.finalizers().iter().any(|f| f == names::FINALIZER), "finalizer kept");
     assert!(!installed(&env).await.is_empty(), "nothing removed");
 
     // Un-ignoring it lets the deletion proceed.
-    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}});
-    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}}))
+        .await;
+    env.wait_cr_gone(10).await;
     env.stop().await;
 }
 
@@ -359,11 +292,8 @@ async fn an_ignored_cr_is_left_exactly_as_it_is_even_when_deleted() {
 /// reconciled (the reconcile counter moves) without any effect.
 async fn reconcile_now_ignored(env: &Env) {
     let before = env.ctx.metrics.reconciles();
-    let patch = serde_json::json!({"metadata": {"labels": {"poke": "1"}}});
-    env.crs(names::KYMA_SYSTEM)
-        .patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    env.patch_cr(serde_json::json!({"metadata": {"labels": {"poke": "1"}}}))
+        .await;
     eventually(
         Duration::from_secs(5),
         "the manager reconciled the ignored CR",
@@ -379,10 +309,8 @@ async fn a_force_delete_survives_injected_api_failures_and_cut_watches() {
         .with_test_writer()
         .try_init();
     let env = ready_env(config()).await;
-    let Some(server) = env.server() else {
-        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
-        env.stop().await;
-        return;
+    let Some(server) = env.embedded() else {
+        return env.stop().await;
     };
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-e").await;
@@ -406,10 +334,7 @@ async fn a_force_delete_survives_injected_api_failures_and_cut_watches() {
     eventually(
         Duration::from_secs(60),
         "the BtpOperator is gone despite the failures",
-        || {
-            let crs = crs.clone();
-            async move { matches!(crs.get_opt(names::BTP_OPERATOR_NAME).await, Ok(None)) }
-        },
+        || async { matches!(crs.get_opt(names::BTP_OPERATOR_NAME).await, Ok(None)) },
     )
     .await;
     server.faults().clear();
@@ -422,30 +347,17 @@ async fn a_force_delete_survives_injected_api_failures_and_cut_watches() {
 async fn the_finalizer_is_never_dropped_for_someone_else() {
     let env = ready_env(config()).await;
     // Another controller's finalizer on the CR stays after ours is removed.
-    let patch = serde_json::json!({"metadata": {"finalizers": [names::FINALIZER, "example.com/keep"]}});
-    let crs = env.crs(names::KYMA_SYSTEM);
-    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    delete_cr(&env).await;
-    eventually(Duration::from_secs(10), "our finalizer is removed", || {
-        let crs = crs.clone();
-        async move {
-            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
-            cr.finalizers() == ["example.com/keep".to_string()]
-        }
+    env.patch_cr(serde_json::json!({"metadata": {"finalizers": [names::FINALIZER, "example.com/keep"]}}))
+        .await;
+    env.delete_cr().await;
+    eventually(Duration::from_secs(10), "our finalizer is removed", || async {
+        env.cr().await.finalizers() == ["example.com/keep".to_string()]
     })
     .await;
     assert_eq!(installed(&env).await, Vec::<String>::new());
-    let unfinalize = serde_json::json!({"metadata": {"finalizers": null}});
-    crs.patch(
-        names::BTP_OPERATOR_NAME,
-        &PatchParams::default(),
-        &Patch::Merge(&unfinalize),
-    )
-    .await
-    .unwrap();
-    wait_gone(&env, Duration::from_secs(5)).await;
+    env.patch_cr(serde_json::json!({"metadata": {"finalizers": null}}))
+        .await;
+    env.wait_cr_gone(5).await;
     env.stop().await;
 }
 
@@ -511,21 +423,14 @@ async fn the_managers_own_deployment_rbac_services_webhooks_and_certificate_surv
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-f").await;
     create(&env, "team-f", &service_instance("team-f", "si-1")).await;
-    delete_cr(&env).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Warning,
-        "ServiceInstancesAndBindingsNotCleaned",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.delete_cr().await;
+    env.wait_cr(Reason::ServiceInstancesAndBindingsNotCleaned, 10).await;
     // The CR is terminating, so the manager's own webhooks (no manager serves them here) are in nobody's way.
     let own = install_the_manager_itself(&env).await;
     assert!(own.len() >= 10, "deploy/ has the manager's objects: {}", own.len());
 
     label_force_delete(&env).await;
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.wait_cr_gone(10).await;
     assert_eq!(installed(&env).await, Vec::<String>::new(), "the operand is removed");
     for (ar, ns, name) in &own {
         let api: Api<DynamicObject> = match ns {
@@ -546,23 +451,13 @@ async fn the_managers_own_deployment_rbac_services_webhooks_and_certificate_surv
 #[tokio::test]
 async fn a_failed_removal_is_reported_the_operand_restored_and_the_deletion_retried() {
     let env = ready_env(config()).await;
-    let Some(server) = env.server() else {
-        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
-        env.stop().await;
-        return;
+    let Some(server) = env.embedded() else {
+        return env.stop().await;
     };
     // Roles cannot be removed (say, RBAC was tightened by hand).
     server.faults().fail(1.0, 403, Some("deletecollection"), Some("roles"));
-    delete_cr(&env).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Error,
-            "ResourceRemovalFailed",
-            Duration::from_secs(10),
-        )
-        .await;
+    env.delete_cr().await;
+    let cr = env.wait_cr(Reason::ResourceRemovalFailed, 10).await;
     let message = &cr.status.unwrap().conditions[0].message;
     assert!(
         message.starts_with("Unable to remove installed resources: removing Roles:"),
@@ -592,7 +487,7 @@ async fn a_failed_removal_is_reported_the_operand_restored_and_the_deletion_retr
     );
     server.faults().clear();
     // The retry (with backoff: the first ones come within seconds) finishes the job.
-    wait_gone(&env, Duration::from_secs(20)).await;
+    env.wait_cr_gone(20).await;
     assert_eq!(installed(&env).await, Vec::<String>::new());
     env.stop().await;
 }
@@ -600,10 +495,8 @@ async fn a_failed_removal_is_reported_the_operand_restored_and_the_deletion_retr
 #[tokio::test]
 async fn a_hard_delete_that_fails_goes_to_the_soft_delete() {
     let env = ready_env(config()).await;
-    let Some(server) = env.server() else {
-        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
-        env.stop().await;
-        return;
+    let Some(server) = env.embedded() else {
+        return env.stop().await;
     };
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-g").await;
@@ -614,16 +507,9 @@ async fn a_hard_delete_that_fails_goes_to_the_soft_delete() {
     server
         .faults()
         .fail(1.0, 403, Some("deletecollection"), Some("servicebindings"));
-    delete_cr(&env).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Deleting,
-        "SoftDeleting",
-        Duration::from_secs(10),
-    )
-    .await;
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.delete_cr().await;
+    env.wait_cr(Reason::SoftDeleting, 10).await;
+    env.wait_cr_gone(10).await;
     server.faults().clear();
     assert_eq!(count_services(&env.client).await, 0);
     assert_eq!(installed(&env).await, Vec::<String>::new());
@@ -638,14 +524,7 @@ async fn the_operand_secret_in_a_custom_credentials_namespace_is_removed_too() {
     creds["credentials_namespace"] = serde_json::json!("team-creds");
     env.create_secret(creds, true).await;
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     let moved = Api::<Secret>::namespaced(env.client.clone(), "team-creds");
     assert!(moved.get_opt("sap-btp-service-operator").await.unwrap().is_some());
     // A Secret of the user's with the same name elsewhere, without our labels, is not ours.
@@ -657,8 +536,8 @@ async fn the_operand_secret_in_a_custom_credentials_namespace_is_removed_too() {
     let other = Api::<Secret>::namespaced(env.client.clone(), "team-other");
     other.create(&PostParams::default(), &theirs).await.unwrap();
 
-    delete_cr(&env).await;
-    wait_gone(&env, Duration::from_secs(10)).await;
+    env.delete_cr().await;
+    env.wait_cr_gone(10).await;
     assert!(
         moved.get_opt("sap-btp-service-operator").await.unwrap().is_none(),
         "ours is removed"

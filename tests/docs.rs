@@ -215,20 +215,11 @@ fn the_configuration_doc_lists_every_flag_and_key_with_its_default() {
         .iter()
         .map(|r| r[0].trim_matches('`'))
         .collect();
-    let code: BTreeSet<&str> = btp_manager::config::CONFIGMAP_KEYS.into_iter().collect();
-    assert_eq!(
-        keys, code,
-        "docs/configuration.md and config::CONFIGMAP_KEYS list different keys"
-    );
+    let code: BTreeSet<&str> = btp_manager::config::configmap_keys().map(|k| k.name).collect();
+    assert_eq!(keys, code, "docs/configuration.md and config::KEYS list different keys");
     for row in table_rows(&doc, "## Runtime ConfigMap keys") {
         let key = row[0].trim_matches('`');
-        let applies = if btp_manager::config::RESTART_KEYS.contains(&key) {
-            "at start"
-        } else if btp_manager::config::INERT_KEYS.iter().any(|(k, _)| *k == key) {
-            "not used"
-        } else {
-            "at runtime"
-        };
+        let applies = btp_manager::config::configmap_key(key).expect("a key").applies.as_str();
         assert_eq!(row[2], applies, "{key}: when it applies");
     }
     let defaults = btp_manager::config::Config::default();
@@ -256,6 +247,38 @@ fn the_configuration_doc_lists_every_flag_and_key_with_its_default() {
             btp_manager::config::parse_go_duration(documented),
             Some(value),
             "{key}: the doc's default {documented:?}"
+        );
+    }
+}
+
+/// The first markdown table (its consecutive lines starting with `|`) of the section that starts with
+/// `heading`, as written.
+fn first_table(markdown: &str, heading: &str) -> String {
+    let start = markdown
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/configuration.md has a section {heading:?}"));
+    markdown[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn the_configuration_doc_tables_are_the_key_table() {
+    let doc = read(&root().join("docs/configuration.md"));
+    for (heading, generated) in [
+        (
+            "## Reconciler flags",
+            btp_manager::config::doc::reconciler_flags_table(),
+        ),
+        ("## Runtime ConfigMap keys", btp_manager::config::doc::configmap_table()),
+    ] {
+        assert!(
+            first_table(&doc, heading) == generated,
+            "the table of docs/configuration.md's section {heading:?} is out of date with src/config/keys.rs; \
+             replace it with:\n\n{generated}"
         );
     }
 }

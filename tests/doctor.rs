@@ -6,11 +6,12 @@
 
 mod common;
 
-use btp_api::{names, BtpOperator, State};
+use btp_api::{names, BtpOperator};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
 use btp_manager::cli::{Cli, Command};
 use btp_manager::doctor::{self, Check, Report, Target, Verdict};
-use btp_manager::{app, shipped};
+use btp_manager::manager::{self, manager_client, ManagerBuilder, Options};
+use btp_manager::shipped;
 use clap::Parser as _;
 use common::*;
 use k8s_openapi::api::core::v1::Secret;
@@ -25,7 +26,7 @@ struct Cluster {
     server: RunningApiServer,
     admin: kube::Client,
     doctor: kube::Client,
-    manager: Option<(app::Manager, watch::Sender<bool>)>,
+    manager: Option<(manager::Manager, watch::Sender<bool>)>,
     _workloads: tokio::task::JoinHandle<()>,
 }
 
@@ -72,14 +73,7 @@ impl Cluster {
         crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
             .await
             .expect("the BtpOperator");
-        eventually(Duration::from_secs(20), "the BtpOperator is Ready", || async {
-            crs.get(names::BTP_OPERATOR_NAME)
-                .await
-                .ok()
-                .and_then(|c| c.status)
-                .is_some_and(|s| s.state == State::Ready)
-        })
-        .await;
+        eventually(Duration::from_secs(20), "the BtpOperator is Ready", || cr_ready(&crs)).await;
         cluster
     }
 
@@ -103,9 +97,13 @@ impl Cluster {
             unreachable!("parsed run")
         };
         let (term, term_rx) = watch::channel(false);
-        let client = app::manager_client(self.server.kube_config_as(&shipped::manager_user(names::KYMA_SYSTEM)))
+        let client = manager_client(self.server.kube_config_as(&shipped::manager_user(names::KYMA_SYSTEM)))
             .expect("the manager's client");
-        let manager = app::start(&args, client, term_rx).await.expect("the manager starts");
+        let manager = ManagerBuilder::new(client, Options::run(&args))
+            .expect("the manager's options")
+            .start(term_rx)
+            .await
+            .expect("the manager starts");
         self.manager = Some((manager, term));
         eventually(Duration::from_secs(10), "the manager leads", || async {
             line(&self.diagnose().await, "leader").verdict == Verdict::Pass

@@ -13,7 +13,7 @@
 
 mod common;
 
-use btp_api::{names, BtpOperator, State};
+use btp_api::{names, BtpOperator, Reason};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
 use common::install::{deploy_objects, manager_user};
 use common::*;
@@ -22,29 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn kubectl() -> String {
-    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("btp-install-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// `kubectl apply -k deploy/` with `kubeconfig`; panics with kubectl's output when it fails.
@@ -107,7 +89,7 @@ impl Drop for Pod {
 
 impl Pod {
     fn start(server: &RunningApiServer, webhook_port: u16) -> Pod {
-        let dir = temp_dir("pod");
+        let dir = temp_dir("install-pod");
         let sa = dir.join("serviceaccount");
         std::fs::create_dir_all(&sa).unwrap();
         std::fs::write(sa.join("token"), token_of(&server.kubeconfig_yaml_as(&manager_user()))).unwrap();
@@ -160,20 +142,9 @@ impl Pod {
     }
 }
 
-async fn state(crs: &Api<BtpOperator>) -> Option<(State, String)> {
-    let status = crs.get_opt(names::BTP_OPERATOR_NAME).await.ok()??.status?;
-    let reason = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.clone())
-        .unwrap_or_default();
-    Some((status.state, reason))
-}
-
 /// Install as the README says, start the manager as its Pod would run, provision.
 async fn install_and_provision(server: RunningApiServer) {
-    let dir = temp_dir("kubeconfig");
+    let dir = temp_dir("install-kubeconfig");
     let kubeconfig = dir.join("admin.kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
     apply_deploy(&kubeconfig);
@@ -203,22 +174,17 @@ async fn install_and_provision(server: RunningApiServer) {
         "metadata": {"name": "misnamed"}, "spec": {}
     }))
     .unwrap();
-    let refusal = std::sync::Mutex::new(String::new());
-    eventually(
+    let refusal = eventually(
         Duration::from_secs(30),
         "the webhook refuses a misnamed BtpOperator",
         || async {
             match crs.create(&PostParams::default(), &misnamed).await {
-                Err(kube::Error::Api(s)) if s.message.contains("denied the request") => {
-                    *refusal.lock().unwrap() = s.message;
-                    true
-                }
-                _ => false,
+                Err(kube::Error::Api(s)) if s.message.contains("denied the request") => Some(s.message),
+                _ => None,
             }
         },
     )
     .await;
-    let refusal = refusal.into_inner().unwrap();
     assert!(
         refusal.contains("denied the request") && refusal.contains("btpoperator"),
         "refused by the admission webhook with what to fix: {refusal}"
@@ -241,9 +207,13 @@ async fn install_and_provision(server: RunningApiServer) {
     .unwrap();
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
     crs.create(&PostParams::default(), &cr).await.expect("the BtpOperator");
-    eventually(Duration::from_secs(30), "the BtpOperator is Ready", || async {
-        state(&crs).await == Some((State::Ready, "ReconcileSucceeded".into()))
-    })
+    wait_cr_in(
+        &client,
+        names::KYMA_SYSTEM,
+        names::BTP_OPERATOR_NAME,
+        Reason::ReconcileSucceeded,
+        Duration::from_secs(30),
+    )
     .await;
     let created = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
     assert!(
@@ -302,7 +272,7 @@ async fn every_object_of_deploy_applies_server_side_on_every_supported_version()
         })
         .await
         .expect("API server");
-        let dir = temp_dir(&format!("ssa-{version:?}"));
+        let dir = temp_dir(&format!("install-ssa-{version:?}"));
         let kubeconfig = dir.join("admin.kubeconfig");
         std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
         let out = Command::new(kubectl())
@@ -365,7 +335,7 @@ async fn the_monitoring_and_dashboard_components_apply() {
         return;
     }
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-    let dir = temp_dir("components");
+    let dir = temp_dir("install-components");
     let kubeconfig = dir.join("admin.kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
     apply_deploy(&kubeconfig);

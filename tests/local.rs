@@ -3,20 +3,15 @@
 //! Every test runs the built binary from a directory with nothing beside it (a fresh temporary directory,
 //! or `/`): the operand's manifests come from the copy built into the binary.
 
+mod common;
+
+use common::{eventually, free_addr, kubectl, temp_dir, try_eventually};
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
-
-/// A fresh, empty directory for one test.
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("btp-local-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use std::time::Duration;
 
 /// The binary, started in `cwd`.
 fn binary(cwd: &Path) -> Command {
@@ -25,31 +20,28 @@ fn binary(cwd: &Path) -> Command {
     cmd
 }
 
-fn kubectl() -> String {
-    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-/// A loopback address with a port that was free a moment ago.
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-#[test]
-fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
-    let dir = temp_dir("once");
-    assert!(!dir.join("module-resources").exists());
-    let out = binary(&dir)
+/// `local --once` run in `cwd`, its kubeconfig written to `dir`, and succeeded: its output and stdout.
+fn local_once(cwd: &Path, dir: &Path) -> (std::process::Output, String) {
+    let out = binary(cwd)
         .args(["local", "--once", "--timeout", "60s", "--kubeconfig"])
         .arg(dir.join("kubeconfig"))
         .output()
-        .expect("run btp-manager local --once");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .unwrap_or_else(|e| panic!("run btp-manager local --once in {}: {e}", cwd.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    (out, stdout)
+}
+
+#[test]
+fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
+    let dir = temp_dir("local-once");
+    assert!(!dir.join("module-resources").exists());
+    let (out, stdout) = local_once(&dir, &dir);
     assert!(
         stdout.contains("refused as expected: kyma-system/btpoperator-test"),
         "{stdout}"
@@ -80,26 +72,15 @@ fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
 
 #[test]
 fn local_started_from_the_root_directory_reaches_ready() {
-    let dir = temp_dir("root");
-    let out = binary(Path::new("/"))
-        .args(["local", "--once", "--timeout", "60s", "--kubeconfig"])
-        .arg(dir.join("kubeconfig"))
-        .output()
-        .expect("run btp-manager local --once from /");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let dir = temp_dir("local-root");
+    let (_, stdout) = local_once(Path::new("/"), &dir);
     assert!(stdout.contains("Ready / ReconcileSucceeded"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_resources_path_that_does_not_exist_is_reported_in_one_line() {
-    let dir = temp_dir("bad-path");
+    let dir = temp_dir("local-bad-path");
     let out = binary(&dir)
         .args(["local", "--once", "--resources-path", "no-such-dir", "--kubeconfig"])
         .arg(dir.join("kubeconfig"))
@@ -116,15 +97,6 @@ fn a_resources_path_that_does_not_exist_is_reported_in_one_line() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `local` (without --once) running until dropped, with its stdout lines.
 struct Local {
     child: Child,
@@ -137,7 +109,7 @@ struct Local {
 
 impl Local {
     fn start(name: &str, extra: &[&str]) -> Local {
-        let dir = temp_dir(name);
+        let dir = temp_dir(&format!("local-{name}"));
         let kubeconfig = dir.join("kubeconfig");
         let mut child = binary(&dir)
             .arg("local")
@@ -167,19 +139,21 @@ impl Local {
     }
 
     /// Wait (with a deadline) for a stdout line containing `text`.
-    fn wait_for_line(&mut self, text: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("local printed {text:?} within 60 s; saw:\n{}", self.seen.join("\n")));
-            self.seen.push(line.clone());
-            if line.contains(text) {
-                return line;
+    async fn wait_for_line(&mut self, text: &str) -> String {
+        let (lines, seen) = (&self.lines, &mut self.seen);
+        let found = try_eventually(Duration::from_secs(60), || {
+            let mut found = None;
+            while let Ok(line) = lines.try_recv() {
+                seen.push(line.clone());
+                if line.contains(text) {
+                    found = Some(line);
+                    break;
+                }
             }
-        }
+            std::future::ready(found)
+        })
+        .await;
+        found.unwrap_or_else(|()| panic!("local printed {text:?} within 60 s; saw:\n{}", self.seen.join("\n")))
     }
 
     fn kubectl(&self, args: &[&str]) -> std::process::Output {
@@ -257,8 +231,8 @@ fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
-#[test]
-fn local_serves_metrics_health_and_webhooks_on_the_given_addresses() {
+#[tokio::test]
+async fn local_serves_metrics_health_and_webhooks_on_the_given_addresses() {
     let (metrics, health, webhooks) = (free_addr(), free_addr(), free_addr());
     let mut local = Local::start(
         "ops",
@@ -271,29 +245,29 @@ fn local_serves_metrics_health_and_webhooks_on_the_given_addresses() {
             &webhooks.to_string(),
         ],
     );
-    let line = local.wait_for_line("admission webhooks serving on");
+    let line = local.wait_for_line("admission webhooks serving on").await;
     assert!(line.contains(&format!("https://{webhooks} ")), "{line}");
-    let line = local.wait_for_line("metrics on");
+    let line = local.wait_for_line("metrics on").await;
     assert!(
         line.contains(&format!("http://{metrics}/metrics")) && line.contains(&format!("http://{health}/healthz")),
         "{line}"
     );
-    local.wait_for_line("Ready / ReconcileSucceeded");
+    local.wait_for_line("Ready / ReconcileSucceeded").await;
 
     assert_eq!(http_get(health, "/healthz"), (200, "ok".into()));
     assert_eq!(http_get(health, "/readyz"), (200, "ok".into()));
     // The pass that wrote Ready ends just after: its success is counted then.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (status, body) = loop {
+    let (status, body) = eventually(Duration::from_secs(10), "the reconcile's success is counted", || {
         let (status, body) = http_get(metrics, "/metrics");
-        if status != 200
-            || !body.contains("btpmanager_reconcile_last_success_timestamp_seconds 0.0")
-            || Instant::now() > deadline
-        {
-            break (status, body);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        std::future::ready(
+            if status != 200 || !body.contains("btpmanager_reconcile_last_success_timestamp_seconds 0.0") {
+                Ok((status, body))
+            } else {
+                Err(body)
+            },
+        )
+    })
+    .await;
     assert_eq!(status, 200, "{body}");
     assert!(
         body.contains("controller_runtime_reconcile_total{controller=\"btpoperator\",result=\"success\"}"),
@@ -349,13 +323,12 @@ fn local_serves_metrics_health_and_webhooks_on_the_given_addresses() {
     assert!(String::from_utf8_lossy(&apply.stderr).contains("denied the request"));
 }
 
-#[test]
-fn kubectl_describe_and_get_events_show_the_managers_events() {
+#[tokio::test]
+async fn kubectl_describe_and_get_events_show_the_managers_events() {
     let mut local = Local::start("events", &[]);
-    local.wait_for_line("Ready / ReconcileSucceeded");
+    local.wait_for_line("Ready / ReconcileSucceeded").await;
     // The Ready Event is published right after the status write: poll with a deadline.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let events = loop {
+    let events = eventually(Duration::from_secs(30), "describe shows the Ready Event", || {
         let out = local.kubectl(&["describe", "btpoperator", "btpoperator", "-n", "kyma-system"]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -363,11 +336,13 @@ fn kubectl_describe_and_get_events_show_the_managers_events() {
             .split_once("\nEvents:")
             .map(|(_, e)| e.to_string())
             .unwrap_or_default();
-        if events.contains("ReconcileSucceeded") || Instant::now() > deadline {
-            break events;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        std::future::ready(if events.contains("ReconcileSucceeded") {
+            Ok(events)
+        } else {
+            Err(events)
+        })
+    })
+    .await;
     assert!(!events.contains("<none>"), "{events}");
     for expected in [
         "Initialized",
@@ -406,45 +381,11 @@ fn kubectl_describe_and_get_events_show_the_managers_events() {
     assert_eq!(String::from_utf8_lossy(&get.stdout), "btpoperator/btp-manager/1");
 }
 
-#[test]
-fn kubectl_against_local_sees_ready_and_a_refused_apply() {
-    let dir = temp_dir("kubectl");
-    let kubeconfig = dir.join("kubeconfig");
-    let mut child = binary(&dir)
-        .args(["local", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start btp-manager local");
-    let stdout = child.stdout.take().unwrap();
-    let running = Running(child);
-    // Wait (with a deadline) for the Ready line.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = rx.recv_timeout(left).expect("local printed Ready within 60 s");
-        if line.contains("Ready / ReconcileSucceeded") {
-            break;
-        }
-    }
-    let kubectl = |args: &[&str]| {
-        Command::new(kubectl())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("kubectl must be installed (scripts/test installs it): {e}"))
-    };
-    let get = kubectl(&[
+#[tokio::test]
+async fn kubectl_against_local_sees_ready_and_a_refused_apply() {
+    let mut local = Local::start("kubectl", &[]);
+    local.wait_for_line("Ready / ReconcileSucceeded").await;
+    let get = local.kubectl(&[
         "get",
         "btpoperators",
         "-n",
@@ -455,13 +396,13 @@ fn kubectl_against_local_sees_ready_and_a_refused_apply() {
     assert!(get.status.success(), "{}", String::from_utf8_lossy(&get.stderr));
     assert_eq!(String::from_utf8_lossy(&get.stdout), "Ready");
 
-    let manifest = dir.join("misnamed.yaml");
+    let manifest = local.dir.join("misnamed.yaml");
     std::fs::write(
         &manifest,
         "apiVersion: operator.kyma-project.io/v1alpha1\nkind: BtpOperator\nmetadata:\n  name: btpoperator\n  namespace: default\n",
     )
     .unwrap();
-    let apply = kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
+    let apply = local.kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&apply.stderr);
     assert!(!apply.status.success(), "a misnamed BtpOperator must be refused");
     assert!(stderr.contains("denied the request"), "{stderr}");
@@ -469,14 +410,12 @@ fn kubectl_against_local_sees_ready_and_a_refused_apply() {
         stderr.contains("namespace \"default\"") && stderr.contains("kyma-system/btpoperator"),
         "{stderr}"
     );
-    drop(running);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn kubectl_delete_returns_once_the_manager_has_deprovisioned() {
+#[tokio::test]
+async fn kubectl_delete_returns_once_the_manager_has_deprovisioned() {
     let mut local = Local::start("delete", &[]);
-    local.wait_for_line("Ready / ReconcileSucceeded");
+    local.wait_for_line("Ready / ReconcileSucceeded").await;
     // kubectl waits until the object is gone, and gives up (non-zero) after --timeout.
     let delete = local.kubectl(&[
         "delete",

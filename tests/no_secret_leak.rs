@@ -4,11 +4,11 @@
 mod common;
 
 use base64::Engine as _;
-use btp_api::{names, State};
+use btp_api::{names, Reason};
 use btp_manager::config::Config;
 use common::*;
-use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,45 +44,17 @@ async fn the_canary_credential_appears_nowhere() {
     creds["clientid"] = serde_json::json!(format!("{CANARY}-id"));
     env.create_secret(creds, true).await;
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    let ready = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Ready,
-            "ReconcileSucceeded",
-            Duration::from_secs(10),
-        )
-        .await;
+    let ready = env.wait_cr(Reason::ReconcileSucceeded, 10).await;
 
     // Break the Secret (a key removed, a value emptied) and repair it: error paths produce messages too.
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
-    let broken = serde_json::json!({"data": {"cluster_id": null, "sm_url": ""}});
-    secrets
-        .patch("sap-btp-manager", &PatchParams::default(), &Patch::Merge(&broken))
-        .await
-        .unwrap();
-    let error = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Error,
-            "InvalidSecret",
-            Duration::from_secs(10),
-        )
+    env.patch_secret(serde_json::json!({"data": {"cluster_id": null, "sm_url": ""}}))
         .await;
-    let fixed = serde_json::json!({"stringData": {"cluster_id": "cluster-1", "sm_url": "https://sm.example.com"}});
-    secrets
-        .patch("sap-btp-manager", &PatchParams::default(), &Patch::Merge(&fixed))
-        .await
-        .unwrap();
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
+    let error = env.wait_cr(Reason::InvalidSecret, 10).await;
+    env.patch_secret(
+        serde_json::json!({"stringData": {"cluster_id": "cluster-1", "sm_url": "https://sm.example.com"}}),
     )
     .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
 
     let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
     let leaked = |text: &str| text.contains(CANARY) || text.contains(&b64);
@@ -91,13 +63,29 @@ async fn the_canary_credential_appears_nowhere() {
         let status = serde_json::to_string(&cr.status).unwrap();
         assert!(!leaked(&status), "status leaks the credential: {status}");
     }
+    let events_v1: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
+    // Events are published in the background: wait for the last state change's (the second time Ready: a
+    // repeated Event is counted in its series), so that every Event of the scenario is looked at.
+    eventually(
+        Duration::from_secs(10),
+        "both Ready states' Events are recorded",
+        || async {
+            let events = events_v1.list(&ListParams::default()).await.unwrap().items;
+            let ready: i32 = events
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("ReconcileSucceeded"))
+                .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+                .sum();
+            ready >= 2
+        },
+    )
+    .await;
     let events: Api<Event> = Api::all(env.client.clone());
     let events = events.list(&ListParams::default()).await.unwrap();
     for e in &events.items {
         let text = serde_json::to_string(e).unwrap();
         assert!(!leaked(&text), "an Event leaks the credential: {text}");
     }
-    let events_v1: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
     let events_v1 = events_v1.list(&ListParams::default()).await.unwrap().items;
     assert!(!events_v1.is_empty(), "the manager records Events");
     for e in events_v1 {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use btp_api::{names, State};
+use btp_api::{names, Reason};
 use btp_manager::config::Config;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -14,17 +14,8 @@ use std::time::Duration;
 #[tokio::test]
 async fn a_valid_cr_and_secret_reach_ready_with_the_operand_installed() {
     let env = Env::start(Config::default(), true).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Ready,
-            "ReconcileSucceeded",
-            Duration::from_secs(10),
-        )
-        .await;
+    env.create_secret_and_cr().await;
+    let cr = env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     assert!(cr
         .metadata
         .finalizers
@@ -78,28 +69,13 @@ async fn a_valid_cr_and_secret_reach_ready_with_the_operand_installed() {
 async fn a_missing_secret_warns_and_creating_it_leads_to_ready_within_two_seconds() {
     let env = Env::start(Config::default(), true).await;
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Warning,
-            "MissingSecret",
-            Duration::from_secs(10),
-        )
-        .await;
+    let cr = env.wait_cr(Reason::MissingSecret, 10).await;
     assert_eq!(
         cr.status.unwrap().conditions[0].message,
         "sap-btp-manager Secret in kyma-system namespace not found"
     );
     env.create_secret(credentials(), true).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(2),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 2).await;
     env.stop().await;
 }
 
@@ -108,15 +84,7 @@ async fn an_unlabelled_secret_is_reported_as_such() {
     let env = Env::start(Config::default(), true).await;
     env.create_secret(credentials(), false).await;
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Warning,
-            "MissingSecret",
-            Duration::from_secs(10),
-        )
-        .await;
+    let cr = env.wait_cr(Reason::MissingSecret, 10).await;
     let message = &cr.status.unwrap().conditions[0].message;
     assert!(
         message.contains("lacks the label app.kubernetes.io/managed-by=kcp-kyma-environment-broker"),
@@ -130,15 +98,7 @@ async fn an_invalid_secret_is_an_error_naming_the_keys_and_no_value() {
     let env = Env::start(Config::default(), true).await;
     env.create_secret(serde_json::json!({"clientid": "id", "clientsecret": "", "sm_url": "https://sm.example.com", "tokenurl": "https://t.example.com"}), true).await;
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Error,
-            "InvalidSecret",
-            Duration::from_secs(10),
-        )
-        .await;
+    let cr = env.wait_cr(Reason::InvalidSecret, 10).await;
     let message = &cr.status.unwrap().conditions[0].message;
     assert_eq!(
         message,
@@ -157,15 +117,7 @@ async fn misnamed_crs_get_a_warning_and_no_finalizer() {
         ("default", names::BTP_OPERATOR_NAME),
         (names::KYMA_SYSTEM, "btpoperator-test"),
     ] {
-        let cr = env
-            .wait_for(
-                ns,
-                name,
-                State::Warning,
-                "WrongNamespaceOrName",
-                Duration::from_secs(10),
-            )
-            .await;
+        let cr = env.wait_cr_at(ns, name, Reason::WrongNamespaceOrName, 10).await;
         assert!(
             cr.metadata.finalizers.unwrap_or_default().is_empty(),
             "{ns}/{name} got a finalizer"
@@ -192,25 +144,9 @@ async fn a_deployment_that_never_becomes_available_is_an_error_after_the_ready_t
         ..Config::default()
     };
     let env = Env::start(config, false).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Processing,
-        "Initialized",
-        Duration::from_secs(5),
-    )
-    .await;
-    let cr = env
-        .wait_for(
-            names::KYMA_SYSTEM,
-            names::BTP_OPERATOR_NAME,
-            State::Error,
-            "ProvisioningFailed",
-            Duration::from_secs(10),
-        )
-        .await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::Initialized, 5).await;
+    let cr = env.wait_cr(Reason::ProvisioningFailed, 10).await;
     let message = &cr.status.unwrap().conditions[0].message;
     assert!(
         message.contains("timeout waiting for sap-btp-operator-controller-manager Deployment to be ready"),

@@ -1,11 +1,11 @@
 //! The shipped RBAC (`deploy/`) is exactly what the manager uses.
 //!
-//! The scenario runs the manager the way `btp-manager run --leader-elect` does, authenticated as its
-//! ServiceAccount against the embedded API server: leader election (`app::spawn_reconciler`), its own
-//! webhook certificates and configurations (`webhook_certs`), both webhooks called by the API server
+//! The scenario runs the manager the way `btp-manager run --leader-elect` does (`ManagerBuilder::start`
+//! with `run`'s options), authenticated as its ServiceAccount against the embedded API server: leader
+//! election, its own webhook certificates and configurations, both webhooks called by the API server
 //! (the validating DELETE webhook counts ServiceInstances/ServiceBindings), provisioning to Ready with
-//! the operand's certificates, a credentials change (new cluster ID and credentials namespace), the CR's
-//! deletion, and shutdown (the Lease released). Every request the ServiceAccount sent is then taken from
+//! the operand's certificates over a legacy network policy (removed), a credentials change (new cluster ID
+//! and credentials namespace), the CR's deletion, and shutdown (the Lease released). Every request the ServiceAccount sent is then taken from
 //! the server's request log and evaluated against the Roles and ClusterRoles of `deploy/` bound to it
 //! (`common/rbac.rs`); so is every Role/ClusterRole the manager writes (the API server's escalation
 //! check: the manager must hold each permission it grants). A request the shipped RBAC would deny fails
@@ -16,22 +16,20 @@ mod common;
 #[path = "common/rbac.rs"]
 mod rbac;
 
-use btp_api::{names, State};
+use btp_api::{names, Reason};
 use btp_apiserver::testing::RequestRecord;
+use btp_manager::cli;
 use btp_manager::config::Config;
-use btp_manager::{app, cli, webhook_certs::WebhookCerts};
-use btp_webhooks::manifests::{Endpoint, WebhookManifests};
-use btp_webhooks::{KubeServiceCounter, RulesConfig, WebhookState};
+use btp_manager::manager::{self, ManagerBuilder, Options, Reach};
 use clap::Parser as _;
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams};
 use rbac::{Rbac, Request, Triple};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 const NS: &str = names::KYMA_SYSTEM;
@@ -63,36 +61,14 @@ fn objects_in(dir: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The manager as `run --leader-elect` wires it, under the ServiceAccount's identity.
+/// The manager as `run --leader-elect` wires it, under the ServiceAccount's identity, and the sender that
+/// asks it to shut down.
 struct Manager {
-    stop: tokio::sync::watch::Sender<bool>,
-    reconciler: tokio::task::JoinHandle<()>,
+    term: tokio::sync::watch::Sender<bool>,
+    manager: manager::Manager,
 }
 
 async fn start_manager(env: &Env) -> Manager {
-    let client = env.manager_client.clone();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
-    let manifests = WebhookManifests {
-        endpoint: Endpoint::Url(url),
-        match_conditions: app::match_conditions_supported(&client).await,
-        ..WebhookManifests::in_cluster(NS)
-    };
-    let policy = btp_certs::rotation::Policy::new(vec!["localhost".into()], vec!["127.0.0.1".parse().unwrap()]);
-    let certs = WebhookCerts::new(client.clone(), NS, names::webhook::CERT_SECRET_NAME, policy, manifests);
-    let cert = app::managed_webhook_certificate(certs, stop_rx.clone()).await.unwrap();
-    let state = WebhookState::new(
-        RulesConfig::default(),
-        Arc::new(KubeServiceCounter::new(client.clone())),
-    );
-    tokio::spawn(btp_webhooks::server::serve(
-        listener,
-        btp_webhooks::tls::server_config(cert).unwrap(),
-        btp_webhooks::router(state),
-        app::stopped(stop_rx.clone()),
-    ));
-
     let cli = cli::Cli::try_parse_from([
         "btp-manager".into(),
         "run".into(),
@@ -103,23 +79,33 @@ async fn start_manager(env: &Env) -> Manager {
         repo("module-resources").into_os_string(),
         "--manager-resources-path".into(),
         repo("manager-resources").into_os_string(),
+        "--webhook-bind-address=127.0.0.1:0".into(),
+        "--metrics-bind-address=127.0.0.1:0".into(),
+        "--health-probe-bind-address=127.0.0.1:0".into(),
+        "--shutdown-drain-delay=0s".into(),
     ])
     .unwrap();
     let cli::Command::Run(args) = cli.command else {
         unreachable!("parsed a run command")
     };
-    let mut registry = prometheus_client::registry::Registry::default();
-    let election = app::LeaderElection::new(client.clone(), NS, args.leader_election_lease_duration);
-    let metrics = btp_manager::reconciler::metrics::ReconcileMetrics::register(&mut registry);
-    let reconciler = app::spawn_reconciler(&args.reconciler, Some(election), client, metrics, stop_rx)
+    let mut options = Options::run(&args);
+    // Outside the cluster whatever the environment says: reached at https://127.0.0.1:<bound port>.
+    options.webhooks.reach = Reach::Run {
+        url: None,
+        in_cluster: false,
+    };
+    let (term, term_rx) = tokio::sync::watch::channel(false);
+    let manager = ManagerBuilder::new(env.manager_client.clone(), options)
+        .unwrap()
+        .start(term_rx)
         .await
         .unwrap();
-    Manager { stop, reconciler }
+    Manager { term, manager }
 }
 
 async fn lease_holder(env: &Env) -> String {
     Api::<Lease>::namespaced(env.client.clone(), NS)
-        .get_opt(app::LEADER_LEASE)
+        .get_opt(manager::LEADER_LEASE)
         .await
         .unwrap()
         .and_then(|l| l.spec)
@@ -127,33 +113,32 @@ async fn lease_holder(env: &Env) -> String {
         .unwrap_or_default()
 }
 
-async fn patch_required(env: &Env, string_data: Value) {
-    Api::<Secret>::namespaced(env.client.clone(), NS)
-        .patch(
-            names::REQUIRED_SECRET_NAME,
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({ "stringData": string_data })),
-        )
-        .await
-        .unwrap();
-}
-
 /// Provisioning to Ready (operand certificates included) and a credentials change.
+/// The network policy of versions before the current set (`network_policies::LEGACY_POLICY`).
+const LEGACY_NETWORK_POLICY: &str = "kyma-project.io--btp-operator-allow-to-webhook";
+
 async fn provision_and_change_credentials(env: &Env) {
-    env.create_secret(credentials(), true).await;
-    env.create_cr(NS, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        NS,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    // An upgrade from a version that shipped the legacy network policy: the first pass removes it.
+    let policies: Api<NetworkPolicy> = Api::namespaced(env.client.clone(), NS);
+    let legacy: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": LEGACY_NETWORK_POLICY},
+        "spec": {"podSelector": {}},
+    }))
+    .expect("a NetworkPolicy");
+    policies
+        .create(&Default::default(), &legacy)
+        .await
+        .expect("the legacy network policy is created");
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
+    assert!(
+        policies.get_opt(LEGACY_NETWORK_POLICY).await.expect("read").is_none(),
+        "the legacy network policy is removed"
+    );
     env.ensure_namespace("custom-creds").await;
-    patch_required(
-        env,
-        serde_json::json!({"cluster_id": "cluster-2", "credentials_namespace": "custom-creds"}),
+    env.patch_secret(
+        serde_json::json!({"stringData": {"cluster_id": "cluster-2", "credentials_namespace": "custom-creds"}}),
     )
     .await;
     let configs: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
@@ -175,14 +160,7 @@ async fn provision_and_change_credentials(env: &Env) {
         },
     )
     .await;
-    env.wait_for(
-        NS,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
 }
 
 /// Restoring what someone deleted: the manager's own webhook configurations and certificate Secret, and
@@ -300,18 +278,10 @@ async fn restore_deleted(env: &Env) {
 /// Deleting the CR: the validating DELETE webhook counts ServiceInstances/ServiceBindings.
 /// Deprovisioning (issue 8) extends this: wait here until the CR and the module resources are gone.
 async fn deprovision(env: &Env) {
-    env.crs(NS)
-        .delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
-        .await
-        .unwrap();
-    let crs = env.crs(NS);
+    env.delete_cr().await;
     // The whole deprovisioning, as the manager's ServiceAccount: everything it installed is removed, then
     // its finalizer.
-    eventually(Duration::from_secs(15), "the CR is deprovisioned and gone", || {
-        let crs = crs.clone();
-        async move { crs.get_opt(names::BTP_OPERATOR_NAME).await.unwrap().is_none() }
-    })
-    .await;
+    env.wait_cr_gone(15).await;
 }
 
 /// The whole scenario; returns the ServiceAccount's requests.
@@ -326,8 +296,8 @@ async fn scenario(env: &Env) -> Vec<RequestRecord> {
     // The operation annotation: the manager removes it after the pass.
     reconcile_now(env).await;
     deprovision(env).await;
-    let _ = manager.stop.send(true);
-    tokio::time::timeout(Duration::from_secs(15), manager.reconciler)
+    let _ = manager.term.send(true);
+    tokio::time::timeout(Duration::from_secs(15), manager.manager.shut_down())
         .await
         .expect("the reconciler stops")
         .unwrap();

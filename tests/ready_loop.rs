@@ -102,7 +102,7 @@ async fn the_runtime_configmap_changes_the_operand_and_deleting_it_reverts() {
 #[tokio::test]
 async fn a_chart_upgrade_relabels_everything_and_removes_what_moved_to_delete() {
     let env = ready_env(Config::default()).await;
-    let old = env.ctx.resources();
+    let old = env.ctx.settings().module.clone();
     // The new chart renames the metrics Service; the old one is listed in delete/.
     let mut new = ModuleResources {
         chart_version: "v9.9.9".into(),
@@ -121,7 +121,10 @@ async fn a_chart_upgrade_relabels_everything_and_removes_what_moved_to_delete() 
         .cloned()
         .collect();
     assert_eq!(new.delete.len(), 1);
-    env.ctx.set_resources(new.clone());
+    env.ctx.set_settings(btp_manager::config::Settings {
+        module: std::sync::Arc::new(new.clone()),
+        ..(*env.ctx.settings()).clone()
+    });
     reconcile_now(&env).await;
 
     let services: Api<Service> = Api::namespaced(env.client.clone(), NS);
@@ -170,7 +173,7 @@ async fn ignore_touches_nothing() {
         async move { ctx.metrics.reconciles() >= 1 }
     })
     .await;
-    let cr = env.crs(NS).get(names::BTP_OPERATOR_NAME).await.unwrap();
+    let cr = env.cr().await;
     assert!(cr.status.is_none(), "no status written");
     assert!(cr.metadata.finalizers.unwrap_or_default().is_empty(), "no finalizer");
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NS);
@@ -261,15 +264,10 @@ async fn network_policies_follow_the_disable_annotation_and_spare_foreign_ones()
     .unwrap();
     policies.create(&PostParams::default(), &foreign).await.unwrap();
 
-    let annotate = |value: serde_json::Value| {
-        let crs = env.crs(NS);
-        async move {
-            let patch =
-                serde_json::json!({"metadata": {"annotations": {names::DISABLE_NETWORK_POLICIES_ANNOTATION: value}}});
-            crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .unwrap();
-        }
+    let annotate = |value| {
+        env.patch_cr(
+            serde_json::json!({"metadata": {"annotations": {names::DISABLE_NETWORK_POLICIES_ANNOTATION: value}}}),
+        )
     };
     annotate(serde_json::json!("TRUE")).await;
     eventually(Duration::from_secs(5), "managed policies removed", || async {
@@ -312,7 +310,7 @@ async fn the_legacy_network_policy_is_deleted() {
 async fn managed_versions(env: &Env) -> Vec<(String, String)> {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     let mut out = Vec::new();
-    let cr = env.crs(NS).get(names::BTP_OPERATOR_NAME).await.unwrap();
+    let cr = env.cr().await;
     out.push((
         "BtpOperator".to_string(),
         cr.metadata.resource_version.unwrap_or_default(),

@@ -13,13 +13,16 @@
 //! Drain and handover times are printed (performance numbers belong to benchmarks; the deadlines here are
 //! wait deadlines).
 
-use btp_api::{names, BtpOperator, State};
+mod common;
+
+use btp_api::{names, BtpOperator};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
+use common::{cr_ready, eventually, free_port, reconcile_now_in, try_eventually};
 use futures::FutureExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,26 +38,10 @@ const DRAIN: &str = "1s";
 const WORKERS: usize = 4;
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
+/// How long `wait` took.
+async fn timed(wait: impl std::future::Future<Output = ()>) -> Duration {
     let start = Instant::now();
-    while !check().await {
-        assert!(
-            start.elapsed() < within,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait.await;
     start.elapsed()
 }
 
@@ -143,17 +130,10 @@ impl Replica {
     /// Wait for exit; the status and how long it took.
     async fn exited(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
         let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return (status, start.elapsed());
-            }
-            assert!(
-                start.elapsed() < within,
-                "{} did not exit within {within:?}:\n{}",
-                self.name,
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let child = &mut self.child;
+        match try_eventually(within, || std::future::ready(child.try_wait().unwrap())).await {
+            Ok(status) => (status, start.elapsed()),
+            Err(()) => panic!("{} did not exit within {within:?}:\n{}", self.name, self.logs()),
         }
     }
 }
@@ -323,16 +303,6 @@ async fn holder(client: &kube::Client) -> String {
         .to_string()
 }
 
-async fn cr_ready(client: &kube::Client) -> bool {
-    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
-    crs.get_opt(names::BTP_OPERATOR_NAME)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|c| c.status)
-        .is_some_and(|s| s.state == State::Ready)
-}
-
 async fn setup() -> (RunningApiServer, kube::Client, PathBuf) {
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
     let client = server.client().await;
@@ -389,7 +359,7 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
     crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
         .await
         .expect("the valid CR is admitted");
-    eventually(Duration::from_secs(20), "the CR is Ready", || cr_ready(&client)).await;
+    eventually(Duration::from_secs(20), "the CR is Ready", || cr_ready(&crs)).await;
 
     // SIGTERM the leader under a stream of webhook requests.
     let stream = Stream::start(client.clone());
@@ -399,15 +369,15 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
     .await;
     a.signal("-TERM");
     let sigterm = Instant::now();
-    let not_ready = eventually(Duration::from_secs(2), "manager-a not ready", || async {
+    let not_ready = timed(eventually(Duration::from_secs(2), "manager-a not ready", || async {
         !ready(a.health).await
-    })
+    }))
     .await;
-    let handover = eventually(
+    let handover = timed(eventually(
         Duration::from_secs(2),
         "manager-b leads within 2 s of the SIGTERM",
         || async { holder(&client).await == "manager-b" },
-    )
+    ))
     .await;
     let (status, _) = a.exited(Duration::from_secs(25)).await;
     let exit_after = sigterm.elapsed();
@@ -437,28 +407,10 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
     );
 
     // The CR stays Ready, and the new leader reconciles it.
-    assert!(cr_ready(&client).await, "the CR stays Ready");
-    let annotate = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
-    crs.patch(
-        names::BTP_OPERATOR_NAME,
-        &PatchParams::default(),
-        &Patch::Merge(&annotate),
-    )
-    .await
-    .unwrap();
-    eventually(
-        Duration::from_secs(10),
-        "manager-b reconciles (consumes the annotation)",
-        || async {
-            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
-            !cr.metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key(names::OPERATION_ANNOTATION)
-        },
-    )
-    .await;
-    assert!(cr_ready(&client).await, "the CR stays Ready under the new leader");
+    assert!(cr_ready(&crs).await, "the CR stays Ready");
+    // manager-b reconciles (consumes the annotation).
+    reconcile_now_in(&crs, Duration::from_secs(10)).await;
+    assert!(cr_ready(&crs).await, "the CR stays Ready under the new leader");
 
     // SIGKILL the new leader: a third replica takes over once the Lease expires.
     let mut c = Replica::start("manager-c", &kubeconfig, proxy.addr, &dir);
@@ -466,11 +418,11 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
     eventually(Duration::from_secs(30), "manager-c ready", || ready(c.health)).await;
     b.signal("-KILL");
     let _ = b.exited(Duration::from_secs(5)).await;
-    let takeover = eventually(
+    let takeover = timed(eventually(
         LEASE_DURATION + Duration::from_secs(3),
         "manager-c leads within the lease duration",
         || async { holder(&client).await == "manager-c" },
-    )
+    ))
     .await;
     c.signal("-TERM");
     let (status, _) = c.exited(Duration::from_secs(25)).await;
@@ -500,7 +452,7 @@ fn the_grace_period_covers_drain_and_in_flight_work() {
         .map(|v| btp_manager::config::parse_go_duration(v).expect("a duration"))
         .unwrap_or(Duration::from_secs(5));
     assert!(
-        drain + btp_manager::app::RECONCILER_STOP_BUDGET < grace,
+        drain + btp_manager::manager::RECONCILER_STOP_BUDGET < grace,
         "{drain:?} + reconcile budget vs {grace:?}"
     );
     let webhook_timeout = Duration::from_secs(5);

@@ -28,16 +28,15 @@ use support::{
 async fn mark(server: &ServerProcess, client: &kube::Client, name: &str) -> usize {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = namespaces.get_opt(name).await;
-    let mut at = None;
     support::eventually(std::time::Duration::from_secs(10), "the marker is logged", || {
-        at = server
-            .requests()
-            .iter()
-            .position(|r| r["resource"] == "namespaces" && r["name"] == name);
-        std::future::ready(at.is_some())
+        std::future::ready(
+            server
+                .requests()
+                .iter()
+                .position(|r| r["resource"] == "namespaces" && r["name"] == name),
+        )
     })
-    .await;
-    at.unwrap_or_default()
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

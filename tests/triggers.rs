@@ -13,13 +13,13 @@
 
 mod common;
 
-use btp_api::{names, BtpOperator, State};
+use btp_api::{names, Reason};
 use btp_apiserver::{testing::FaultRule, RunningApiServer};
 use btp_manager::config::Config;
 use btp_manager::reconciler::{self, cluster::CALL_BUDGET, controller::SHUTDOWN_GRACE};
 use common::*;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
 use std::time::{Duration, Instant};
 
 /// The shipped ServiceAccount (`deploy/`), as the harness installs its RBAC for it.
@@ -44,28 +44,10 @@ fn fail_manager(server: &RunningApiServer, code: u16, verb: Option<&str>, resour
     });
 }
 
-fn embedded(env: &Env) -> Option<&RunningApiServer> {
-    let server = env.server();
-    if server.is_none() {
-        eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
-    }
-    server
-}
-
-async fn patch_cr(env: &Env, patch: serde_json::Value) {
-    env.crs(names::KYMA_SYSTEM)
-        .patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
-
 /// Change a label of the CR: a trigger the gate does not filter (a pass starts at once).
 async fn touch(env: &Env, n: u32) {
-    patch_cr(
-        env,
-        serde_json::json!({"metadata": {"labels": {"touched": n.to_string()}}}),
-    )
-    .await;
+    env.patch_cr(serde_json::json!({"metadata": {"labels": {"touched": n.to_string()}}}))
+        .await;
 }
 
 /// Make `n` passes in a row fail, quickly: every pass fails on removing the `operation: reconcile`
@@ -74,11 +56,8 @@ async fn touch(env: &Env, n: u32) {
 async fn fail_passes(env: &Env, server: &RunningApiServer, n: u32) {
     fail_manager(server, 500, Some("patch"), Some("btpoperators"));
     let start = env.ctx.consecutive_failures();
-    patch_cr(
-        env,
-        serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}}),
-    )
-    .await;
+    env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}}))
+        .await;
     for k in 1..=n {
         if k > 1 {
             touch(env, k).await;
@@ -114,29 +93,17 @@ async fn operand_cluster_id(env: &Env) -> Option<String> {
         .and_then(|d| d.get("CLUSTER_ID").cloned())
 }
 
-async fn ready(env: &Env) -> BtpOperator {
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(20),
-    )
-    .await
-}
-
 /// 1. The recipe: six failed passes (the next retry about 64 s away), then a pass that runs early
 ///    (a CR change) and succeeds; the Secret's `cluster_id` changes after that pass read the Secret. The
 ///    operand ConfigMap follows within seconds, not at the periodic pass (15 minutes).
 #[tokio::test]
 async fn a_secret_change_during_an_early_pass_is_not_lost() {
     let env = Env::start_with(Config::default(), true, options(true)).await;
-    let Some(server) = embedded(&env) else {
+    let Some(server) = env.embedded() else {
         return env.stop().await;
     };
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    ready(&env).await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
     assert_eq!(operand_cluster_id(&env).await.as_deref(), Some("cluster-1"));
 
     fail_passes(&env, server, 6).await;
@@ -146,11 +113,8 @@ async fn a_secret_change_during_an_early_pass_is_not_lost() {
     server.faults().clear();
     fail_manager(server, 429, Some("get"), Some("configmaps"));
     // Removing the annotation is a CR change: the pass starts at once, while the retry is still pending.
-    patch_cr(
-        &env,
-        serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}}),
-    )
-    .await;
+    env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}}))
+        .await;
     wait_for_request(
         server,
         mark,
@@ -158,14 +122,8 @@ async fn a_secret_change_during_an_early_pass_is_not_lost() {
         |r| r.resource == "configmaps" && r.code == 429,
     )
     .await;
-    Api::<Secret>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
-        .patch(
-            names::REQUIRED_SECRET_NAME,
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({"stringData": {"cluster_id": "cluster-2"}})),
-        )
-        .await
-        .unwrap();
+    env.patch_secret(serde_json::json!({"stringData": {"cluster_id": "cluster-2"}}))
+        .await;
     server.faults().clear();
     eventually(
         Duration::from_secs(10),
@@ -173,7 +131,7 @@ async fn a_secret_change_during_an_early_pass_is_not_lost() {
         || async { operand_cluster_id(&env).await.as_deref() == Some("cluster-2") },
     )
     .await;
-    ready(&env).await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
     env.stop().await;
 }
 
@@ -182,13 +140,12 @@ async fn a_secret_change_during_an_early_pass_is_not_lost() {
 #[tokio::test]
 async fn the_deployment_turning_available_during_an_early_pass_is_not_lost() {
     let env = Env::start_with(Config::default(), false, options(true)).await;
-    let Some(server) = embedded(&env) else {
+    let Some(server) = env.embedded() else {
         return env.stop().await;
     };
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    env.create_secret_and_cr().await;
     set_available(&env, true).await;
-    ready(&env).await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
 
     fail_passes(&env, server, 6).await;
     // Not Available: deferred (the retry is tens of seconds away).
@@ -197,11 +154,8 @@ async fn the_deployment_turning_available_during_an_early_pass_is_not_lost() {
     let mark = server.request_log().len();
     server.faults().clear();
     fail_manager(server, 429, Some("patch"), Some("btpoperators"));
-    patch_cr(
-        &env,
-        serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}}),
-    )
-    .await;
+    env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}}))
+        .await;
     wait_for_request(
         server,
         mark,
@@ -217,14 +171,7 @@ async fn the_deployment_turning_available_during_an_early_pass_is_not_lost() {
     })
     .await;
     // ... and the Deployment's change, which came while it ran, brings the CR to Ready.
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     env.stop().await;
 }
 
@@ -233,7 +180,7 @@ async fn the_deployment_turning_available_during_an_early_pass_is_not_lost() {
 #[tokio::test]
 async fn a_new_term_does_not_inherit_the_last_terms_backoff() {
     let env = Env::start_with(Config::default(), true, options(false)).await;
-    let Some(server) = embedded(&env) else {
+    let Some(server) = env.embedded() else {
         return env.stop().await;
     };
     let term = |ctx| {
@@ -244,9 +191,8 @@ async fn a_new_term_does_not_inherit_the_last_terms_backoff() {
         (stop, task)
     };
     let (stop, task) = term(env.ctx.clone());
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    ready(&env).await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
     fail_passes(&env, server, 5).await;
     let _ = stop.send(());
     task.await.unwrap();
@@ -265,12 +211,9 @@ async fn a_new_term_does_not_inherit_the_last_terms_backoff() {
     );
     // ... and its retry comes after about a second.
     server.faults().clear();
-    eventually(Duration::from_secs(5), "the retry removed the annotation", || async {
-        let cr = env.crs(names::KYMA_SYSTEM).get(names::BTP_OPERATOR_NAME).await.unwrap();
-        !cr.metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(names::OPERATION_ANNOTATION)
+    let crs = env.crs(names::KYMA_SYSTEM);
+    eventually(Duration::from_secs(5), "the retry removed the annotation", || {
+        reconcile_annotation_consumed(&crs)
     })
     .await;
     let _ = stop.send(());
@@ -279,28 +222,36 @@ async fn a_new_term_does_not_inherit_the_last_terms_backoff() {
 }
 
 /// 3. A failed read of the credentials Secret is the API server's failure, retried with backoff; it is never
-///    reported as the user's `InvalidSecret` (which waits 15 minutes or an edit of the Secret).
+///    reported as the user's `InvalidSecret` (which waits 15 minutes or an edit of the Secret). A pass takes
+///    the Secret from the term's watch once that has listed it; until then it reads the Secret itself. Here
+///    the watch cannot list (every list of Secrets fails), so the pass reads, and that read fails.
 #[tokio::test]
 async fn a_failed_secret_read_is_retried_not_blamed_on_the_secret() {
-    let env = Env::start_with(Config::default(), true, options(true)).await;
-    let Some(server) = embedded(&env) else {
+    let env = Env::start_with(Config::default(), true, options(false)).await;
+    let Some(server) = env.embedded() else {
         return env.stop().await;
     };
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    ready(&env).await;
-
+    env.create_secret_and_cr().await;
+    fail_manager(server, 500, Some("list"), Some("secrets"));
     fail_manager(server, 500, Some("get"), Some("secrets"));
-    touch(&env, 1).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(reconciler::run(env.ctx.clone(), async move {
+        let _ = stopped.await;
+    }));
     eventually(
         Duration::from_secs(10),
         "the failed read is retried with backoff",
         || async { env.ctx.consecutive_failures() >= 2 },
     )
     .await;
-    // The status may say that the API server could not be read (a pass that was past the Secret when the
-    // fault came reports the read it failed), but never blames the Secret.
-    let cr = env.crs(names::KYMA_SYSTEM).get(names::BTP_OPERATOR_NAME).await.unwrap();
+    let failed_reads = server
+        .request_log()
+        .filter(|r| r.user == MANAGER && r.verb == "get" && r.name == names::REQUIRED_SECRET_NAME && r.code == 500);
+    assert!(
+        !failed_reads.is_empty(),
+        "the pass read the credentials Secret itself, and the read failed"
+    );
+    let cr = env.cr().await;
     let status = cr.status.expect("a status");
     assert!(
         status.conditions.iter().all(|c| c.reason != "InvalidSecret"),
@@ -312,7 +263,9 @@ async fn a_failed_secret_read_is_retried_not_blamed_on_the_secret() {
         env.ctx.consecutive_failures() == 0
     })
     .await;
-    ready(&env).await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    let _ = stop.send(());
+    controller.await.expect("the controller stops");
     env.stop().await;
 }
 
@@ -321,12 +274,11 @@ async fn a_failed_secret_read_is_retried_not_blamed_on_the_secret() {
 #[tokio::test]
 async fn a_sustained_retry_after_cannot_hold_a_pass() {
     let env = Env::start_with(Config::default(), true, options(true)).await;
-    let Some(server) = embedded(&env) else {
+    let Some(server) = env.embedded() else {
         return env.stop().await;
     };
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    ready(&env).await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
 
     for (n, code) in [(1, 503), (2, 429)] {
         let (passes, failures) = (env.ctx.metrics.reconciles(), env.ctx.consecutive_failures());
@@ -347,7 +299,7 @@ async fn a_sustained_retry_after_cannot_hold_a_pass() {
             "under a sustained {code} with Retry-After: 30 the pass took {took:?}"
         );
         server.faults().clear();
-        ready(&env).await;
+        env.wait_cr(Reason::ReconcileSucceeded, 20).await;
     }
     env.stop().await;
 }
@@ -357,27 +309,23 @@ async fn a_sustained_retry_after_cannot_hold_a_pass() {
 #[tokio::test]
 async fn a_sustained_retry_after_cannot_hold_a_shutdown() {
     let env = Env::start_with(Config::default(), true, options(false)).await;
-    let Some(server) = embedded(&env) else {
+    let Some(server) = env.embedded() else {
         return env.stop().await;
     };
-    // The manager as `run --leader-elect` starts it, with the manager's client.
+    // The manager's reconciler as `run --leader-elect` starts it, with the manager's client.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let args = run_args();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let election =
-        btp_manager::app::LeaderElection::new(env.manager_client.clone(), names::KYMA_SYSTEM, Duration::from_secs(15));
-    let manager = btp_manager::app::spawn_reconciler(
-        &args.reconciler,
-        Some(election),
-        env.manager_client.clone(),
-        btp_manager::reconciler::metrics::ReconcileMetrics::register(&mut registry),
-        stop_rx,
-    )
-    .await
-    .unwrap();
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    ready(&env).await;
+    let mut options = btp_manager::manager::Options::run(&args);
+    options.namespace = names::KYMA_SYSTEM.into();
+    options.leader_election = Some(Duration::from_secs(15));
+    let manager = btp_manager::manager::ManagerBuilder::new(env.manager_client.clone(), options)
+        .unwrap()
+        .start_reconciler(stop_rx)
+        .await
+        .unwrap()
+        .task;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
 
     server.faults().set_retry_after(Some(30));
     fail_manager(server, 503, None, None);

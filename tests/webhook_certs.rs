@@ -1,16 +1,18 @@
 //! The manager's own webhook certificates against the embedded API server: one CA for concurrent
 //! replicas, caBundle publication, repair, the run loop, and admission end to end through the API server.
 
+mod common;
+
 use btp_apiserver::{ApiServer, Config, RunningApiServer};
 use btp_certs::rotation::{keys, Policy, Stored};
 use btp_manager::webhook_certs::WebhookCerts;
 use btp_webhooks::manifests::{Endpoint, WebhookManifests};
 use btp_webhooks::tls::SwappableCert;
+use common::eventually;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, PostParams};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,18 +43,6 @@ fn policy() -> Policy {
 
 fn certs(client: &kube::Client, policy: Policy, url: &str) -> WebhookCerts {
     WebhookCerts::new(client.clone(), NS, SECRET, policy, manifests(url))
-}
-
-async fn wait_until<F, Fut>(deadline: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + deadline;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < end, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn stored(secrets: &Api<Secret>) -> Option<Stored> {
@@ -199,7 +189,7 @@ async fn the_run_loop_repairs_deletion_and_renews_before_expiry() {
     let served = |cert: Arc<SwappableCert>| cert.current().cert[0].to_vec();
     let first_served = served(cert.clone());
     // Renewal before expiry (leaf lives 4 s, renewed in its last 2 s).
-    wait_until(Duration::from_secs(10), "leaf renewed and served", || {
+    eventually(Duration::from_secs(10), "leaf renewed and served", || {
         let cert = cert.clone();
         let first_served = first_served.clone();
         async move { served(cert) != first_served }
@@ -210,7 +200,7 @@ async fn the_run_loop_repairs_deletion_and_renews_before_expiry() {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let old_ca = stored(&secrets).await.unwrap().ca;
     secrets.delete(SECRET, &DeleteParams::default()).await.unwrap();
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "secret recreated with a new CA, bundles and served leaf follow",
         || {
@@ -388,7 +378,7 @@ async fn a_wiped_or_foreign_ca_bundle_is_restored_at_once() {
         let all = bundles(&client).await;
         all.len() == 5 && all.iter().all(|b| *b == want)
     };
-    wait_until(Duration::from_secs(5), "the run loop settled", || {
+    eventually(Duration::from_secs(5), "the run loop settled", || {
         all_ours(client.clone(), want.clone())
     })
     .await;
@@ -427,7 +417,7 @@ async fn a_wiped_or_foreign_ca_bundle_is_restored_at_once() {
                 .all(|h| h.client_config.ca_bundle.as_ref().map(|b| &b.0) != Some(&want)),
             "{what}: the edit took"
         );
-        wait_until(Duration::from_secs(2), &format!("{what} caBundle restored"), || {
+        eventually(Duration::from_secs(2), &format!("{what} caBundle restored"), || {
             all_ours(client.clone(), want.clone())
         })
         .await;
@@ -442,7 +432,7 @@ async fn a_wiped_or_foreign_ca_bundle_is_restored_at_once() {
         )
         .await
         .unwrap();
-    wait_until(Duration::from_secs(2), "mutating caBundle restored", || {
+    eventually(Duration::from_secs(2), "mutating caBundle restored", || {
         all_ours(client.clone(), want.clone())
     })
     .await;

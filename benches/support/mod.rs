@@ -2,9 +2,14 @@
 //! against a kubeconfig), its peak memory and CPU time, its metrics, and a deadline-bounded wait.
 #![allow(dead_code)]
 
+#[path = "../../tests/common/eventually.rs"]
+mod eventually;
 #[path = "../../tests/common/install.rs"]
 mod shipped;
 pub mod summary;
+
+/// The tests' deadline-bounded wait, and whether `kyma-system/btpoperator` is Ready.
+pub use eventually::{cr_ready as is_ready, eventually};
 
 use btp_api::{names, BtpOperator};
 use btp_manager::reconciler::resources;
@@ -13,7 +18,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -103,18 +108,6 @@ impl Manager {
         let mut body = String::new();
         let _ = stream.read_to_string(&mut body).await;
         body
-    }
-}
-
-pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < end, "timed out after {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -219,15 +212,6 @@ pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item =
         let crd: DynamicObject = serde_json::from_value(doc.clone()).expect("operand CRD object");
         untyped.create(&PostParams::default(), &crd).await.expect("operand CRD");
     }
-}
-
-/// Whether `kyma-system/btpoperator` is Ready.
-pub async fn is_ready(crs: &Api<BtpOperator>) -> bool {
-    crs.get(names::BTP_OPERATOR_NAME)
-        .await
-        .ok()
-        .and_then(|c| c.status)
-        .is_some_and(|s| s.state == btp_api::State::Ready)
 }
 
 pub mod dataset;

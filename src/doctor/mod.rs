@@ -1,33 +1,17 @@
 //! `btp-manager doctor`: is BTP Manager healthy in this cluster? One read-only pass over the current
 //! kubeconfig's cluster (it writes nothing: its only non-read requests are SubjectAccessReviews and a
 //! server-side dry-run create), one line per check with its verdict and what to do. The decisions are in
-//! [`checks`], the reads in [`observe`], the output in [`report`].
+//! [`checks`], the reads in [`observe`], the output in [`report`], where to look in [`target`].
 
 pub mod checks;
 pub mod observe;
 pub mod report;
+pub mod target;
 
 pub use report::{Check, Report, Verdict};
+pub use target::Target;
 
 use anyhow::Context as _;
-
-/// Where to look.
-#[derive(Clone, Debug)]
-pub struct Target {
-    /// The manager's namespace (its Deployment, Lease, certificate Secret; the chart namespace too).
-    pub namespace: String,
-    /// The manager's ServiceAccount.
-    pub service_account: String,
-}
-
-impl Default for Target {
-    fn default() -> Self {
-        Self {
-            namespace: btp_api::names::KYMA_SYSTEM.into(),
-            service_account: "btp-manager-controller-manager".into(),
-        }
-    }
-}
 
 /// Every check against the cluster of `client`.
 pub async fn diagnose(client: &kube::Client, target: &Target) -> Report {

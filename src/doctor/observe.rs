@@ -3,7 +3,7 @@
 
 use super::checks::{self, DryRun, Permission};
 use super::report::{Check, Report};
-use super::Target;
+use super::target::Target;
 use btp_api::{names, BtpOperator, State};
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
@@ -193,7 +193,7 @@ async fn manager_workload(client: &kube::Client, ns: &str) -> Vec<Check> {
         Err(e) => read_failed("deployment", "the manager's Deployment", &e),
     };
     let lease = match Api::<Lease>::namespaced(client.clone(), ns)
-        .get_opt(crate::app::LEADER_LEASE)
+        .get_opt(crate::manager::LEADER_LEASE)
         .await
     {
         Ok(lease) => {
@@ -206,7 +206,7 @@ async fn manager_workload(client: &kube::Client, ns: &str) -> Vec<Check> {
             let duration = spec
                 .as_ref()
                 .and_then(|s| s.lease_duration_seconds)
-                .map_or(crate::app::DEFAULT_LEASE_DURATION, |s| {
+                .map_or(crate::manager::DEFAULT_LEASE_DURATION, |s| {
                     Duration::from_secs(u64::try_from(s).unwrap_or(0))
                 });
             // Renewal times are whole seconds here: a second of slack.

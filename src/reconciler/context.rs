@@ -1,61 +1,52 @@
-//! What every reconcile shares: the client, the configuration, the operand's manifests, metrics, the Event
-//! recorder, and the few clocks that span passes (the `ReadyTimeout` wait and the hard-delete deadline).
+//! What every reconcile shares: the client, the settings (configuration and the operand's manifests, one
+//! snapshot per change), metrics, the Event recorder, and what is remembered about the CR from one pass to
+//! the next ([`CrMemory`]: the deletion flag, the `ReadyTimeout` wait and the hard delete).
 
 use super::gate::Gate;
+use super::memory::CrMemory;
 use super::metrics::ReconcileMetrics;
-use super::resources::ModuleResources;
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use btp_api::BtpOperator;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Resource as _;
-use serde_json::Value;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// Shared state of the controller. What belongs to one leadership term (one run of
 /// [`super::controller::run`]) is kept apart, in [`Term`], and starts fresh with each run
-/// ([`Context::begin_term`]); the rest (client, flags, the built-in manifests, metrics) lives as long as
+/// ([`Context::begin_term`]); the rest (client, flags, the manifests they name, metrics) lives as long as
 /// the process.
 pub struct Context {
     /// API client.
     pub client: kube::Client,
-    /// The configuration the process started with (defaults and flags); each term starts from it.
-    flags: Config,
-    /// The operand's manifests and network policies the process started with; each term starts from them.
-    base_resources: Arc<ModuleResources>,
-    base_network_policies: RwLock<Arc<Vec<Value>>>,
+    /// The settings the process started with (defaults and flags, and the manifests they name); each term
+    /// starts from them.
+    base: Arc<Settings>,
     /// `SAP_BTP_SERVICE_OPERATOR`.
     pub image: String,
     /// `KUBE_RBAC_PROXY`.
     pub rbac_proxy_image: Option<String>,
     /// Reconcile metrics.
     pub metrics: ReconcileMetrics,
-    recorder: Recorder,
+    events: super::events::Events,
     /// This term's state.
     term: RwLock<Arc<Term>>,
 }
 
-/// Everything that belongs to one leadership term: the running configuration (the runtime ConfigMap on top
-/// of the flags), the manifests it names, the clocks that span passes, the error backoff and the trigger
-/// gate. A new term begins with [`Term::new`]: nothing carries over from the last one.
+/// Everything that belongs to one leadership term: the running settings (the runtime ConfigMap on top of
+/// the flags, and the manifests it names), the memory of the CR, the error backoff and the trigger gate. A
+/// new term begins with [`Term::new`]: nothing carries over from the last one.
 struct Term {
-    /// Configuration; the runtime ConfigMap may change it.
-    config: RwLock<Config>,
-    /// The operand's manifests.
-    resources: RwLock<Arc<ModuleResources>>,
-    /// The operand's network policies (manager-resources/network-policies).
-    network_policies: RwLock<Arc<Vec<Value>>>,
-    /// The `ReadyTimeout` clock: which CR (uid) waits for the operand Deployment, since when, and whether the
-    /// wait began in `Ready`.
-    waiting_since: Mutex<Option<(String, Instant, bool)>>,
-    /// The hard delete of the CR being deleted in this term.
-    hard_delete: Mutex<Option<HardDeleteClock>>,
-    /// Whether the CR is being deleted: ServiceInstance/ServiceBinding deletions only wake the reconciler then.
-    deleting: AtomicBool,
+    /// The settings: the runtime follower publishes a new snapshot on every change
+    /// ([`Context::set_settings`]); a pass takes one at its start ([`Context::settings`]).
+    settings: watch::Sender<Arc<Settings>>,
+    /// What is remembered about the CR from one pass to the next.
+    memory: Mutex<CrMemory>,
     /// Consecutive failed reconciles (for the error backoff); reset by a success.
     failures: AtomicU32,
     /// When the retry of a failed reconcile is due, and whether a trigger was deferred to it ([`Gate`]).
@@ -65,33 +56,26 @@ struct Term {
     /// The operand Secrets we created, anywhere in the cluster (metadata only), kept by a watch that
     /// `controller::run` starts: drift reads them on every pass without a cluster-wide list.
     operand_secrets: RwLock<Option<Store<PartialObjectMeta<Secret>>>>,
+    /// The credentials Secret (`namespace`, `name`, and the store of the watch on it) that
+    /// `controller::run` keeps: a pass reads it without a request.
+    required_secret: RwLock<Option<(String, String, Store<Secret>)>>,
 }
 
 impl Term {
-    fn new(config: Config, resources: Arc<ModuleResources>, network_policies: Arc<Vec<Value>>) -> Self {
+    fn new(settings: Arc<Settings>) -> Self {
         Self {
-            config: RwLock::new(config),
-            resources: RwLock::new(resources),
-            network_policies: RwLock::new(network_policies),
-            waiting_since: Mutex::new(None),
-            hard_delete: Mutex::new(None),
-            deleting: AtomicBool::new(false),
+            settings: watch::Sender::new(settings),
+            memory: Mutex::new(CrMemory::default()),
             failures: AtomicU32::new(0),
             gate: Mutex::new(Gate::default()),
             passes: std::sync::atomic::AtomicU64::new(0),
             operand_secrets: RwLock::new(None),
+            required_secret: RwLock::new(None),
         }
     }
 }
 
-/// When the hard delete of one CR incarnation began, and whether it was given up (soft delete instead).
-struct HardDeleteClock {
-    uid: String,
-    since: Instant,
-    given_up: bool,
-}
-
-/// One of the clocks below, locked (a poisoned lock still holds a usable value).
+/// A mutex locked (a poisoned lock still holds a usable value).
 fn clock<T>(slot: &Mutex<T>) -> MutexGuard<'_, T> {
     match slot.lock() {
         Ok(g) => g,
@@ -116,33 +100,24 @@ fn write<T>(slot: &RwLock<T>, value: T) {
 }
 
 impl Context {
-    /// A context; `resources` are loaded by the caller.
+    /// A context; the manifests of `base` (the flags' settings) are loaded by the caller.
     pub fn new(
         client: kube::Client,
-        config: Config,
-        resources: ModuleResources,
+        base: Settings,
         image: String,
         rbac_proxy_image: Option<String>,
         metrics: ReconcileMetrics,
     ) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "btp-manager".into(),
-                instance: None,
-            },
-        );
-        let resources = Arc::new(resources);
-        let term = Term::new(config.clone(), resources.clone(), Arc::new(Vec::new()));
+        let events = super::events::Events::new(client.clone());
+        let base = Arc::new(base);
+        let term = Term::new(base.clone());
         Self {
             client,
-            flags: config,
-            base_resources: resources,
-            base_network_policies: RwLock::new(Arc::new(Vec::new())),
+            base,
             image,
             rbac_proxy_image,
             metrics,
-            recorder,
+            events,
             term: RwLock::new(Arc::new(term)),
         }
     }
@@ -152,21 +127,33 @@ impl Context {
     }
 
     /// A new leadership term begins (the controller starts): everything of the last term is forgotten —
-    /// failures, the retry clock, deferred triggers, the deletion flag, the wait and hard-delete clocks,
-    /// the operand Secrets' store — and the configuration and manifests are again the ones the process
-    /// started with (the runtime ConfigMap is read again on top).
+    /// failures, the retry clock, deferred triggers, the memory of the CR (deletion flag, wait and hard delete),
+    /// the operand Secrets' store — and the settings are again the ones the process started with (the
+    /// runtime ConfigMap is read again on top).
     pub fn begin_term(&self) {
-        let term = Term::new(
-            self.flags.clone(),
-            self.base_resources.clone(),
-            read(&self.base_network_policies),
-        );
-        write(&self.term, Arc::new(term));
+        write(&self.term, Arc::new(Term::new(self.base.clone())));
     }
 
     /// The configuration the process started with (defaults and flags, without the runtime ConfigMap).
     pub fn flags(&self) -> Config {
-        self.flags.clone()
+        self.base.config.clone()
+    }
+
+    /// The settings now: one immutable snapshot. A pass takes it once, at its start, and carries it
+    /// throughout (a change published meanwhile applies to the next pass).
+    pub fn settings(&self) -> Arc<Settings> {
+        self.term().settings.borrow().clone()
+    }
+
+    /// Publish the next settings (for this term): passes that begin from now on use them, and
+    /// [`Context::watch_settings`] sees the change.
+    pub fn set_settings(&self, next: Settings) {
+        self.term().settings.send_replace(Arc::new(next));
+    }
+
+    /// The settings of this term as they change: a receiver that has seen the current snapshot.
+    pub fn watch_settings(&self) -> watch::Receiver<Arc<Settings>> {
+        self.term().settings.subscribe()
     }
 
     /// Keep the operand Secrets in `store` from now on (see [`Context::operand_secrets`]).
@@ -182,55 +169,37 @@ impl Context {
         matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))).then_some(store)
     }
 
-    /// Install these network policies (unless a CR disables them), from now on and in every later term.
-    pub fn with_network_policies(self, policies: Vec<Value>) -> Self {
-        let policies = Arc::new(policies);
-        write(&self.base_network_policies, policies.clone());
-        write(&self.term().network_policies, policies);
-        self
+    /// Keep the credentials Secret `namespace`/`name` in `store` from now on (see [`Context::required_secret`]).
+    pub fn set_required_secret(&self, namespace: &str, name: &str, store: Store<Secret>) {
+        write(
+            &self.term().required_secret,
+            Some((namespace.to_string(), name.to_string(), store)),
+        );
     }
 
-    /// The operand's network policies now.
-    pub fn network_policies(&self) -> Arc<Vec<Value>> {
-        read(&self.term().network_policies)
-    }
-
-    /// Replace the network policies (for this term).
-    pub fn set_network_policies(&self, policies: Vec<Value>) {
-        write(&self.term().network_policies, Arc::new(policies));
-    }
-
-    /// The configuration now.
-    pub fn config(&self) -> Config {
-        read(&self.term().config)
-    }
-
-    /// Replace the configuration (for this term).
-    pub fn set_config(&self, next: Config) {
-        write(&self.term().config, next);
-    }
-
-    /// The operand's manifests now.
-    pub fn resources(&self) -> Arc<ModuleResources> {
-        read(&self.term().resources)
-    }
-
-    /// Replace the operand's manifests (for this term).
-    pub fn set_resources(&self, module: ModuleResources) {
-        write(&self.term().resources, Arc::new(module));
-    }
-
-    /// Publish an Event on `reference`; a failure is logged, never fatal.
-    pub async fn publish(&self, event: Event, reference: &k8s_openapi::api::core::v1::ObjectReference) {
-        if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::warn!(error = %e, "publishing an Event");
+    /// The credentials Secret `namespace`/`name` as the watch on it last saw it (`Some(None)`: it does not
+    /// exist), once the watch's first list has completed; None before, or when the watch is on another
+    /// Secret: then the caller reads it itself. The watch brings a pass after every change it stores, so a
+    /// pass never acts on a Secret older than the change that brought it.
+    pub fn required_secret(&self, namespace: &str, name: &str) -> Option<Option<Secret>> {
+        use futures::FutureExt as _;
+        let (ns, n, store) = read(&self.term().required_secret)?;
+        if ns != namespace || n != name {
+            return None;
         }
+        matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+            .then(|| store.get(&ObjectRef::new(name).within(namespace)).map(|s| (*s).clone()))
+    }
+
+    /// Publish an Event on `reference` in the background ([`super::events`]): the pass goes on at once; a
+    /// failure is logged, never fatal.
+    pub fn publish(&self, event: Event, reference: k8s_openapi::api::core::v1::ObjectReference) {
+        self.events.publish(event, reference);
     }
 
     /// An Event on the BtpOperator saying which certificates were regenerated and why (no key material).
     /// The reference carries the CR's uid, which `kubectl describe` selects Events by.
-    pub async fn certificate_event(&self, cr: &BtpOperator, what: &str, decision: &btp_certs::operand::Decision) {
-        let reference = cr.object_ref(&());
+    pub fn certificate_event(&self, cr: &BtpOperator, what: &str, decision: &btp_certs::operand::Decision) {
         let event = Event {
             type_: EventType::Normal,
             reason: "CertificatesRegenerated".into(),
@@ -238,84 +207,12 @@ impl Context {
             action: "Reconcile".into(),
             secondary: None,
         };
-        self.publish(event, &reference).await;
+        self.publish(event, cr.object_ref(&()));
     }
 
-    /// When the CR `uid` began waiting for the operand Deployment (now, on the first call of this wait), and
-    /// whether that wait began in `Ready` (a timeout is then `ReconcileFailed`, not `ProvisioningFailed`).
-    pub fn start_waiting(&self, uid: &str, from_ready: bool) -> (Instant, bool) {
-        let term = self.term();
-        let mut slot = clock(&term.waiting_since);
-        match slot.as_ref() {
-            Some((owner, since, began_ready)) if owner == uid => (*since, *began_ready),
-            _ => {
-                let now = Instant::now();
-                *slot = Some((uid.to_string(), now, from_ready));
-                (now, from_ready)
-            }
-        }
-    }
-
-    /// The wait for the operand Deployment is over (or interrupted: the next wait starts a new clock).
-    pub fn stop_waiting(&self) {
-        *clock(&self.term().waiting_since) = None;
-    }
-
-    /// When the hard delete of the CR `uid` began, and whether it begins now (its deletes are to be issued).
-    pub fn hard_delete_clock(&self, uid: &str) -> (Instant, bool) {
-        let term = self.term();
-        let mut slot = clock(&term.hard_delete);
-        match slot.as_ref() {
-            Some(c) if c.uid == uid => (c.since, false),
-            _ => {
-                let since = Instant::now();
-                *slot = Some(HardDeleteClock {
-                    uid: uid.to_string(),
-                    since,
-                    given_up: false,
-                });
-                (since, true)
-            }
-        }
-    }
-
-    /// The hard delete of the CR `uid` failed or timed out: later passes go straight to soft delete.
-    pub fn give_up_hard_delete(&self, uid: &str) {
-        let term = self.term();
-        let mut slot = clock(&term.hard_delete);
-        match slot.as_mut() {
-            Some(c) if c.uid == uid => c.given_up = true,
-            _ => {
-                *slot = Some(HardDeleteClock {
-                    uid: uid.to_string(),
-                    since: Instant::now(),
-                    given_up: true,
-                })
-            }
-        }
-    }
-
-    /// Whether the hard delete of the CR `uid` was given up in this process.
-    pub fn hard_delete_given_up(&self, uid: &str) -> bool {
-        clock(&self.term().hard_delete)
-            .as_ref()
-            .is_some_and(|c| c.uid == uid && c.given_up)
-    }
-
-    /// The deletion is over (the CR is gone, or no longer being deleted).
-    pub fn end_deletion(&self) {
-        *clock(&self.term().hard_delete) = None;
-        self.set_deleting(false);
-    }
-
-    /// Mark whether the CR is being deleted (ServiceInstance/ServiceBinding deletions wake the reconciler).
-    pub fn set_deleting(&self, deleting: bool) {
-        self.term().deleting.store(deleting, Ordering::SeqCst);
-    }
-
-    /// Whether the CR is being deleted.
-    pub fn deleting(&self) -> bool {
-        self.term().deleting.load(Ordering::SeqCst)
+    /// Read or change what is remembered about the CR ([`CrMemory`]; the lock is held only for `f`).
+    pub fn memory<T>(&self, f: impl FnOnce(&mut CrMemory) -> T) -> T {
+        f(&mut clock(&self.term().memory))
     }
 
     /// A pass begins (see [`Gate::begin_pass`]).

@@ -3,10 +3,10 @@
 
 use super::context::Context;
 use super::error::ReconcileError;
-use super::{network_policies, resources};
-use crate::config::Config;
+use super::network_policies;
+use crate::config::{self, Config, Settings};
+use crate::tasks::BoxedFuture;
 use crate::watch_backoff::WatchBackoff;
-use crate::BoxedFuture;
 use btp_api::{names, BtpOperator};
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
@@ -23,14 +23,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// The key every secondary watch maps to.
 pub fn the_cr() -> ObjectRef<BtpOperator> {
     ObjectRef::new(names::BTP_OPERATOR_NAME).within(names::KYMA_SYSTEM)
 }
 
-/// Retry a failed reconcile with capped exponential backoff and jitter ([`requeue::error_backoff`]): the
-/// failed pass recorded when its retry is due (see [`super::reconcile`]); the count of consecutive failures
+/// Retry a failed reconcile with capped exponential backoff and jitter ([`super::requeue::error_backoff`]): the
+/// failed pass recorded when its retry is due (see [`super::pass::reconcile`]); the count of consecutive failures
 /// is reset by the next success.
 pub fn error_policy(_cr: Arc<BtpOperator>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let failures = ctx.consecutive_failures();
@@ -39,79 +40,44 @@ pub fn error_policy(_cr: Arc<BtpOperator>, error: &ReconcileError, ctx: Arc<Cont
     Action::requeue(delay)
 }
 
-/// A number in [0, 1) that differs between calls (for jitter; not for anything that must be random).
-pub fn jitter() -> f64 {
-    use std::hash::{BuildHasher as _, Hasher as _};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// The configuration the manager starts with: `flags` (defaults and flags) with the runtime ConfigMap's keys
-/// on top, read once directly (no label needed) before anything else starts, so that the first reconcile,
-/// the watches and the webhook rules all see it. A missing ConfigMap is not an error; an unreadable one is
-/// logged and the flags stay.
+/// on top ([`config::runtime::at_start`]), read once directly (no label needed) before anything else
+/// starts, so that the first reconcile, the watches and the webhook rules all see it. A missing ConfigMap
+/// is not an error; an unreadable one is logged and the flags stay.
 pub async fn startup_config(client: &kube::Client, flags: &Config) -> Config {
     use k8s_openapi::api::core::v1::ConfigMap;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &flags.chart_namespace);
-    let mut config = flags.clone();
     // Within one call's budget: a controller must not wait on an unanswered request before it starts.
     match super::cluster::retrying(|| api.get_opt(&flags.config_name)).await {
         Ok(Some(cm)) => {
-            let data = cm.data.unwrap_or_default();
-            for problem in config.apply_configmap(&data) {
-                log_problem(&problem, true);
-            }
+            let config = config::runtime::at_start(flags, &cm.data.unwrap_or_default());
             tracing::info!(configmap = %flags.config_name, "runtime configuration read at start");
+            config
         }
-        Ok(None) => {}
+        Ok(None) => flags.clone(),
         Err(e) => {
-            tracing::warn!(error = %super::error::summary(&e), "reading the runtime ConfigMap at start; using the flags")
+            tracing::warn!(error = %super::error::summary(&e), "reading the runtime ConfigMap at start; using the flags");
+            flags.clone()
         }
-    }
-    config
-}
-
-/// Log a ConfigMap key that was not applied; keys that are accepted but unused only when `first_time`.
-fn log_problem(problem: &crate::config::ConfigProblem, first_time: bool) {
-    let inert = crate::config::INERT_KEYS.iter().any(|(k, _)| *k == problem.key);
-    if inert {
-        if first_time {
-            tracing::info!(key = %problem.key, reason = %problem.reason, "runtime ConfigMap key accepted");
-        }
-    } else {
-        tracing::warn!(key = %problem.key, reason = %problem.reason, "runtime ConfigMap value not applied; the previous value stays");
     }
 }
 
-/// Follow the runtime ConfigMap: on every change, `flags` (defaults and flags) with the ConfigMap's keys on
-/// top becomes the configuration; when it is deleted, the flags again (deleting reverts to the defaults).
-/// An invalid value keeps the one applied before; keys naming watched objects wait for a restart
-/// ([`crate::config::RESTART_KEYS`]). Each change triggers a reconcile.
-async fn follow_config(
-    ctx: Arc<Context>,
-    flags: Config,
-    trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
-) {
+/// Follow the runtime ConfigMap: on every change (or its deletion), the [`config::Follower`] computes the
+/// next settings from `flags` and the running ones, and they are published as this term's
+/// ([`Context::set_settings`]); each one brings a reconcile ([`settings_changes`]).
+async fn follow_config(ctx: Arc<Context>, flags: Config) {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::runtime::watcher::Event as W;
-    let running = ctx.config();
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &running.chart_namespace);
+    let running = ctx.settings();
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &running.config.chart_namespace);
     let mut events = watcher::watcher(
         api,
-        watcher::Config::default().fields(&format!("metadata.name={}", running.config_name)),
+        watcher::Config::default().fields(&format!("metadata.name={}", running.config.config_name)),
     )
     // With backoff: a lost API server must not turn this into a busy loop.
     .backoff(WatchBackoff::default())
     .boxed();
-    let mut logged = std::collections::BTreeSet::new();
-    // The last value of each key that applied, for a later invalid one.
-    let mut last_good: std::collections::BTreeMap<String, String> = Default::default();
+    let mut follower = config::Follower::new(flags);
     while let Some(event) = events.next().await {
         let data = match event {
             Ok(W::Apply(cm)) | Ok(W::InitApply(cm)) => Some(cm.data.unwrap_or_default()),
@@ -122,55 +88,21 @@ async fn follow_config(
                 continue;
             }
         };
-        let mut next = flags.clone();
-        if let Some(data) = &data {
-            let problems = next.clone().apply_configmap(data);
-            let mut effective = data.clone();
-            for problem in &problems {
-                log_problem(problem, logged.insert(problem.key.clone()));
-                if crate::config::INERT_KEYS.iter().any(|(k, _)| *k == problem.key) {
-                    continue;
-                }
-                match last_good.get(&problem.key) {
-                    Some(previous) => effective.insert(problem.key.clone(), previous.clone()),
-                    None => effective.remove(&problem.key),
-                };
-            }
-            next.apply_configmap(&effective);
-            last_good = effective;
-        } else {
-            last_good.clear();
-        }
-        for key in next.keep_restart_only(&ctx.config()) {
-            tracing::warn!(
-                key,
-                "runtime ConfigMap: this key names watched objects and takes effect at the next start"
-            );
-        }
+        let next = follower.next(data.as_ref(), &ctx.settings());
         ctx.metrics.custom_config_applied(data.is_some());
-        let current = ctx.config();
-        if next.resources_path != current.resources_path {
-            match resources::load(&next.resources_path) {
-                Ok(module) => ctx.set_resources(module),
-                Err(e) => {
-                    tracing::warn!(error = %e, "module resources from the new ResourcesPath not loaded; the previous stay");
-                    next.resources_path = current.resources_path.clone();
-                }
-            }
-        }
-        if next.manager_resources_path != current.manager_resources_path {
-            match network_policies::load(&next.manager_resources_path) {
-                Ok(policies) => ctx.set_network_policies(policies),
-                Err(e) => {
-                    tracing::warn!(error = %e, "network policies from the new ManagerResourcesPath not loaded; the previous stay");
-                    next.manager_resources_path = current.manager_resources_path.clone();
-                }
-            }
-        }
-        ctx.set_config(next);
+        ctx.set_settings(next);
         tracing::info!(applied = data.is_some(), "configuration updated");
-        let _ = trigger.unbounded_send(the_cr());
     }
+}
+
+/// A reconcile of the CR for every settings snapshot published after `settings` last looked.
+fn settings_changes(
+    settings: watch::Receiver<Arc<Settings>>,
+) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
+    futures::stream::unfold(settings, |mut settings| async move {
+        settings.changed().await.ok()?;
+        Some((the_cr(), settings))
+    })
 }
 
 /// Keep the context's store of operand Secrets (metadata only, only ours, in every namespace) current,
@@ -209,7 +141,9 @@ fn service_deletions(
         .backoff(WatchBackoff::default())
         .filter_map(move |event| {
             let wake = match event {
-                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => ctx.deleting() && ctx.admit_trigger(),
+                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => {
+                    ctx.memory(|m| m.deleting()) && ctx.admit_trigger()
+                }
                 Ok(_) => false,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "service watch");
@@ -260,26 +194,15 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     let flags = ctx.flags();
     let client = ctx.client.clone();
     let config = startup_config(&client, &flags).await;
-    if config.resources_path != flags.resources_path {
-        match resources::load(&config.resources_path) {
-            Ok(module) => ctx.set_resources(module),
-            Err(e) => {
-                tracing::warn!(error = %e, "module resources from ResourcesPath not loaded; the built-in ones stay")
-            }
-        }
-    }
-    if config.manager_resources_path != flags.manager_resources_path {
-        match network_policies::load(&config.manager_resources_path) {
-            Ok(policies) => ctx.set_network_policies(policies),
-            Err(e) => tracing::warn!(error = %e, "network policies from ManagerResourcesPath not loaded"),
-        }
-    }
-    ctx.set_config(config.clone());
-    let (trigger, triggered) = futures::channel::mpsc::unbounded();
+    ctx.set_settings(config::runtime::start(&ctx.settings(), config));
+    let settings = ctx.settings();
+    let config = &settings.config;
+    // Subscribed before the follower starts: every snapshot it publishes brings a reconcile.
+    let triggered = settings_changes(ctx.watch_settings());
     // Ends with this controller, however it ends (a dropped future included).
-    let _config_task = crate::app::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags, trigger)));
+    let _config_task = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags)));
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let _operand_secrets = crate::app::AbortOnDrop::new(tokio::spawn(keep_operand_secrets(ctx.clone())));
+    let _operand_secrets = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_operand_secrets(ctx.clone())));
 
     // The CR, without the updates that change only its status: the manager's own status writes must not
     // bring it back (that would bypass the error backoff: a failing pass that reports its failure would
@@ -292,14 +215,33 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         .reflect(writer)
         .applied_objects()
         .predicate_filter(everything_but_status, kube::runtime::PredicateConfig::default());
+    // The credentials Secret, kept in a store that passes read (no request per pass): the store takes each
+    // change before the change brings a pass.
+    let (secret_store, secret_writer) = kube::runtime::reflector::store();
+    ctx.set_required_secret(&config.chart_namespace, &config.secret_name, secret_store);
+    let required_secret = watcher::watcher(
+        Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
+        by_name(&config.secret_name),
+    )
+    .backoff(WatchBackoff::default())
+    .reflect(secret_writer)
+    .touched_objects()
+    .filter_map({
+        let wake = waker(&ctx);
+        move |secret| {
+            std::future::ready(match secret {
+                Ok(secret) => wake(secret),
+                Err(e) => {
+                    tracing::debug!(error = %e, "credentials Secret watch");
+                    None
+                }
+            })
+        }
+    });
     let controller = Controller::for_stream(crs, reader)
         // The secondary watches share one backoff (kube's default would stretch every pause to 30 s).
         .trigger_backoff(WatchBackoff::default())
-        .watches(
-            Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
-            by_name(&config.secret_name),
-            waker(&ctx),
-        )
+        .reconcile_on(required_secret)
         .watches(
             Api::<Deployment>::namespaced(client.clone(), &config.chart_namespace),
             by_name(&config.deployment_name),
@@ -336,14 +278,20 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown.clone())
-        .run(super::reconcile, error_policy, ctx.clone())
+        .run(super::pass::reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");
             }
         });
+    let asked = shutdown.clone();
     tokio::select! {
-        () = controller => {}
+        () = controller => {
+            if asked.now_or_never().is_none() {
+                // kube's controller ends only after a shutdown: anything else is a bug worth seeing.
+                tracing::error!("the controller ended without being asked to; restarting it");
+            }
+        }
         () = give_up_waiting(shutdown, crs_ready.clone()) => {}
         () = watch_the_start(&ctx, &crs_ready) => {}
     }

@@ -1,9 +1,7 @@
-//! The reconciler's two ways to end a step early: an outcome to report in the status ([`Stop::Report`]), or
-//! a failure the controller retries with backoff ([`Stop::Fail`]). Every step returns `Result<_, Stop>`, so
-//! the flows read as a list of `?`s and one place writes the final status.
+//! How a pass fails: [`ReconcileError`], retried by the controller with backoff, and the failed API call it
+//! most often carries ([`ApiError`]). How a pass ends otherwise is [`super::end::End`].
 
 use super::status::Outcome;
-use btp_api::Reason;
 
 /// A failed API call, with what was attempted. Its `Display` is fit for a status message: the API server's
 /// message and code, never an object body (so never a secret value).
@@ -44,15 +42,11 @@ pub enum ReconcileError {
     /// An API call failed (nothing reported in the status).
     #[error(transparent)]
     Api(#[from] ApiError),
-    /// A failure already reported in the status (e.g. `ResourceRemovalFailed`), retried with backoff.
-    #[error("{reason}: {message}")]
-    Reported {
-        /// The reason written.
-        reason: Reason,
-        /// The message written.
-        message: String,
-    },
-    /// The pass ran out of its time budget ([`super::pass_budget`]).
+    /// A failure reported in the status (e.g. `ResourceRemovalFailed`, or an API call the status contract
+    /// names a reason for), retried with backoff: the pass writes this outcome before it fails.
+    #[error("{}: {}", .0.reason, .0.message)]
+    Reported(Outcome),
+    /// The pass ran out of its time budget ([`super::pass::pass_budget`]).
     #[error("the pass did not finish within its budget of {budget:?}")]
     OutOfTime {
         /// The budget.
@@ -60,46 +54,8 @@ pub enum ReconcileError {
     },
 }
 
-/// How a step ends a pass early.
-#[derive(Debug)]
-pub enum Stop {
-    /// Report this outcome in the status and end the pass (a status-reported problem is not an error).
-    Report(Outcome),
-    /// Report this outcome in the status, then fail the pass: the controller retries it with backoff. For a
-    /// failure to talk to the API server that the status contract names a reason for (the message says what
-    /// could not be read or written): it is not a verdict about the cluster's content.
-    Retry(Outcome),
-    /// Fail the pass: the controller retries with backoff.
-    Fail(ReconcileError),
-}
-
-impl From<ApiError> for Stop {
-    fn from(e: ApiError) -> Self {
-        Stop::Fail(ReconcileError::Api(e))
-    }
-}
-
-impl From<ReconcileError> for Stop {
-    fn from(e: ReconcileError) -> Self {
-        Stop::Fail(e)
-    }
-}
-
-/// `map_err` helper: report any error as `reason` with the error's text as the message.
-pub fn report<E: std::fmt::Display>(reason: Reason) -> impl FnOnce(E) -> Stop {
-    move |e| Stop::Report(Outcome::new(reason, e.to_string()))
-}
-
-/// `map_err` helper for a failed API call: report it as `reason` and retry the pass with backoff.
-pub fn retry<E: std::fmt::Display>(reason: Reason) -> impl FnOnce(E) -> Stop {
-    move |e| Stop::Retry(Outcome::new(reason, e.to_string()))
-}
-
 impl From<Outcome> for ReconcileError {
     fn from(outcome: Outcome) -> Self {
-        ReconcileError::Reported {
-            reason: outcome.reason,
-            message: outcome.message,
-        }
+        ReconcileError::Reported(outcome)
     }
 }

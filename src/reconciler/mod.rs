@@ -1,30 +1,40 @@
 //! The reconcile loop for `BtpOperator`.
 //!
-//! [`reconcile`] is the whole flow: an ignored CR is left alone, a misnamed one gets a warning, a deleted one
-//! is deprovisioned ([`deprovision`]), any other is provisioned ([`provision`]) in one pass — finalizer,
-//! `Processing`, the required Secret, credentials drift, apply, readiness, `Ready`. A pass never sleeps: it
-//! returns, and watches ([`controller`]) bring it back.
+//! [`reconcile`] ([`pass`]) is the whole flow: an ignored CR is left alone, a misnamed one gets a warning, a
+//! deleted one is deprovisioned ([`deprovision`], the stages of [`deprovision_plan`]), any other is
+//! provisioned ([`provision`]) in one pass — finalizer, `Processing`, the required Secret, credentials drift,
+//! apply, readiness, `Ready`. A pass never sleeps: it returns, and watches ([`controller`]) bring it back.
 //!
 //! Where to find what:
 //! - decisions, pure and unit-tested: [`status`] (the condition), [`credentials`] (the required Secret),
 //!   [`drift`] (cluster ID and credentials namespace), [`resources`] (preparing the manifests),
 //!   [`network_policies`], [`waves`] (the order of the apply), [`readiness`] (operand readiness and
 //!   `ReadyTimeout`), [`requeue`] (when a pass comes back, error backoff), [`deprovision_plan`] (the deletion
-//!   stages);
-//! - doing: [`cluster`] (every API read and write), [`status_writer`] (status and Events), [`context`]
-//!   (what passes share), [`error`] (how a step ends a pass early).
+//!   stages, a state machine), [`memory`] (what is remembered about the CR between passes);
+//! - doing: [`pass`] (one pass), [`provision`] and [`deprovision`] (the two flows), [`converge`] (the steps
+//!   both use to keep the operand converged), [`cluster`] (every API read and write), [`status_writer`]
+//!   (status and Events), [`events`] (Events off the pass), [`context`] (what passes share);
+//! - how a pass ends: [`end`] ([`End`]: what to report, when to come back), or [`error`]
+//!   ([`ReconcileError`]: retried with backoff).
+//!
+//! This file only declares and re-exports: nothing here is imported from below.
 
 pub mod cluster;
 pub mod context;
 pub mod controller;
+pub mod converge;
 pub mod credentials;
 pub mod deprovision;
 pub mod deprovision_plan;
 pub mod drift;
+pub mod end;
 pub mod error;
+pub mod events;
 pub mod gate;
+pub mod memory;
 pub mod metrics;
 pub mod network_policies;
+pub mod pass;
 pub mod provision;
 pub mod readiness;
 pub mod requeue;
@@ -35,123 +45,7 @@ pub mod waves;
 
 pub use context::Context;
 pub use controller::{error_policy, run};
+pub use end::End;
 pub use error::ReconcileError;
+pub use pass::{pass_budget, reconcile, PASS_BUDGET};
 pub use readiness::deployment_ready;
-
-use btp_api::{names, BtpOperator, Reason};
-use kube::runtime::controller::Action;
-use kube::{Resource as _, ResourceExt as _};
-use requeue::Next;
-use status::Outcome;
-use status_writer::StatusWriter;
-use std::sync::Arc;
-use std::time::Instant;
-
-/// How long one pass may take, every API call and its retries included (docs/behaviour.md#retries-and-budgets):
-/// a pass that runs out of it fails, and is retried with backoff (every step is idempotent, so the next pass
-/// continues where this one stopped).
-pub const PASS_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The budget of a pass over `cr`: [`PASS_BUDGET`], and for a CR being deleted also the hard delete's
-/// delete requests, which have a budget of their own (`DeleteRequestTimeout` for each of the two kinds).
-pub fn pass_budget(cr: &BtpOperator, config: &crate::config::Config) -> std::time::Duration {
-    if cr.meta().deletion_timestamp.is_some() {
-        PASS_BUDGET.saturating_add(config.delete_request_timeout.saturating_mul(2))
-    } else {
-        PASS_BUDGET
-    }
-}
-
-/// Reconcile one `BtpOperator`.
-pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    ctx.begin_pass();
-    let budget = pass_budget(&cr, &ctx.config());
-    let result = match tokio::time::timeout(budget, reconcile_once(&cr, &ctx)).await {
-        Ok(result) => result,
-        Err(_) => Err(ReconcileError::OutOfTime { budget }),
-    };
-    if result.is_ok() {
-        ctx.metrics.reconcile_succeeded();
-    }
-    let label = result.as_ref().map_or("error", |next| next.result_label());
-    ctx.metrics.observe(label, started.elapsed());
-    match result {
-        Ok(next) => {
-            if ctx.record_success() {
-                // A trigger was deferred while this pass ran (a failed pass's retry was pending): it may
-                // have read the state before that change.
-                tracing::debug!("a trigger came during the pass: reconciling again");
-                return Ok(Action::requeue(std::time::Duration::ZERO));
-            }
-            Ok(next.action())
-        }
-        Err(e) => {
-            ctx.record_failure(|failures| requeue::error_backoff(failures, controller::jitter()));
-            Err(e)
-        }
-    }
-}
-
-async fn reconcile_once(cr: &BtpOperator, ctx: &Context) -> Result<Next, ReconcileError> {
-    let operation = cr.annotations().get(names::OPERATION_ANNOTATION).map(String::as_str);
-    if operation == Some("ignore") {
-        // Treated as if it did not exist: no status, no finalizer, no deletion.
-        tracing::debug!(name = %cr.name_any(), "operation annotation is ignore: leaving the CR alone");
-        return Ok(Next::AWAIT_CHANGE);
-    }
-    let mut status = StatusWriter::new(ctx, cr);
-    if !is_valid(cr) {
-        status
-            .set(Outcome::new(
-                Reason::WrongNamespaceOrName,
-                "Your resource must be in the kyma-system namespace. The resource's name must be btpoperator.",
-            ))
-            .await?;
-        return Ok(Next::AWAIT_CHANGE);
-    }
-    // What alerts read: the CR's state as it is now (a new leader learns it here; `StatusWriter::set` keeps
-    // it current, and removing the finalizer removes it).
-    ctx.metrics.cr_state(status.state().map(btp_api::State::as_str));
-    let action = if cr.meta().deletion_timestamp.is_some() {
-        deprovision::run(ctx, cr, &mut status).await?
-    } else {
-        ctx.end_deletion();
-        provision::run(ctx, cr, &mut status).await?
-    };
-    if operation == Some("reconcile") {
-        // The forced pass has run; removing the annotation tells whoever set it.
-        let config = ctx.config();
-        cluster::Cluster::new(ctx, &config)
-            .remove_operation_annotation(cr)
-            .await?;
-    }
-    Ok(action)
-}
-
-fn is_valid(cr: &BtpOperator) -> bool {
-    cr.namespace().as_deref() == Some(names::KYMA_SYSTEM) && cr.name_any() == names::BTP_OPERATOR_NAME
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_deletion_pass_also_gets_the_hard_deletes_budget() {
-        let config = crate::config::Config::default();
-        let mut cr: BtpOperator = serde_json::from_value(serde_json::json!({
-            "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
-            "metadata": {"name": "btpoperator", "namespace": "kyma-system"},
-        }))
-        .unwrap();
-        assert_eq!(pass_budget(&cr, &config), PASS_BUDGET);
-        cr.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            jiff::Timestamp::UNIX_EPOCH,
-        ));
-        assert_eq!(
-            pass_budget(&cr, &config),
-            PASS_BUDGET + config.delete_request_timeout * 2
-        );
-    }
-}

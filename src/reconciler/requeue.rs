@@ -2,54 +2,37 @@
 //! change that matters; these periodic requeues are the safety net (and how certificate expiry is noticed).
 //! A zero interval means "no periodic requeue", as upstream: no configuration can make the manager spin.
 
+use super::end::End;
 use crate::config::Config;
 use btp_api::{Reason, State};
 use std::time::Duration;
 
-/// What a pass asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Requeue {
-    /// The periodic re-check for the state the pass ended in.
-    Periodic,
-    /// Come back after this long (e.g. when `ReadyTimeout` runs out), whatever the state.
-    After(Duration),
-    /// Only a watch event brings the CR back.
-    Never,
-}
-
-/// What the controller does after a successful pass: come back after a delay, or only on a watch event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Next(pub Option<Duration>);
-
-impl Next {
-    /// Only a watch event brings the CR back.
-    pub const AWAIT_CHANGE: Next = Next(None);
-
-    /// The controller's action.
-    pub fn action(self) -> kube::runtime::controller::Action {
-        match self.0 {
-            Some(d) => kube::runtime::controller::Action::requeue(d),
-            None => kube::runtime::controller::Action::await_change(),
-        }
-    }
-
-    /// The `result` label controller-runtime counts such a pass under: `requeue_after` when it comes back
-    /// after a delay, `success` otherwise (errors are counted as `error`).
-    pub fn result_label(self) -> &'static str {
-        if self.0.is_some() {
-            "requeue_after"
-        } else {
-            "success"
-        }
+/// The controller's action after a successful pass that comes back after `delay` (None: only on a watch
+/// event).
+pub fn action(delay: Option<Duration>) -> kube::runtime::controller::Action {
+    match delay {
+        Some(d) => kube::runtime::controller::Action::requeue(d),
+        None => kube::runtime::controller::Action::await_change(),
     }
 }
 
-/// The delay before the next pass, or `None` for "only on a watch event".
-pub fn delay(reason: Reason, requeue: Requeue, config: &Config) -> Option<Duration> {
-    let interval = match requeue {
-        Requeue::Never => return None,
-        Requeue::After(d) => d,
-        Requeue::Periodic => match (reason.state(), reason) {
+/// The `result` label controller-runtime counts a successful pass under: `requeue_after` when it comes back
+/// after a delay, `success` otherwise (errors are counted as `error`).
+pub fn result_label(delay: Option<Duration>) -> &'static str {
+    if delay.is_some() {
+        "requeue_after"
+    } else {
+        "success"
+    }
+}
+
+/// The delay before the pass that follows `end`, or `None` for "only on a watch event" (also for a failed
+/// pass: the error policy retries it, [`error_backoff`]).
+pub fn delay(end: &End, config: &Config) -> Option<Duration> {
+    let interval = match end {
+        End::AwaitChange | End::Fail(_) => return None,
+        End::Recheck(_, d) => *d,
+        End::Report(outcome) => match (outcome.reason.state(), outcome.reason) {
             (_, Reason::WrongNamespaceOrName) => return None,
             (State::Ready, _) | (State::Warning, _) | (State::Deleting, _) => config.ready_state_requeue_interval,
             // A Secret problem is fixed by editing the Secret, which the watch sees.
@@ -58,6 +41,19 @@ pub fn delay(reason: Reason, requeue: Requeue, config: &Config) -> Option<Durati
         },
     };
     (!interval.is_zero()).then_some(interval)
+}
+
+/// A number in [0, 1) that differs between calls (for jitter; not for anything that must be random).
+pub fn jitter() -> f64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// First retry after a failure.
@@ -77,11 +73,12 @@ pub fn error_backoff(failures: u32, jitter: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reconciler::status::Outcome;
 
     #[test]
     fn result_labels_follow_controller_runtime() {
-        assert_eq!(Next(Some(Duration::from_secs(1))).result_label(), "requeue_after");
-        assert_eq!(Next::AWAIT_CHANGE.result_label(), "success");
+        assert_eq!(result_label(Some(Duration::from_secs(1))), "requeue_after");
+        assert_eq!(result_label(None), "success");
     }
 
     #[test]
@@ -103,7 +100,7 @@ mod tests {
     #[test]
     fn periodic_requeues_follow_the_state() {
         let c = Config::default();
-        let d = |r| delay(r, Requeue::Periodic, &c);
+        let d = |r| delay(&End::Report(Outcome::new(r, "")), &c);
         assert_eq!(d(Reason::ReconcileSucceeded), Some(c.ready_state_requeue_interval));
         assert_eq!(d(Reason::MissingSecret), Some(c.ready_state_requeue_interval));
         assert_eq!(d(Reason::InvalidSecret), Some(c.ready_state_requeue_interval));
@@ -120,11 +117,20 @@ mod tests {
     #[test]
     fn explicit_delays_win_and_zero_means_never() {
         let mut c = Config::default();
+        let recheck = |d| End::Recheck(Some(Outcome::new(Reason::Updated, "")), d);
         assert_eq!(
-            delay(Reason::Updated, Requeue::After(Duration::from_secs(3)), &c),
+            delay(&recheck(Duration::from_secs(3)), &c),
             Some(Duration::from_secs(3))
         );
-        assert_eq!(delay(Reason::ReconcileSucceeded, Requeue::Never, &c), None);
+        assert_eq!(
+            delay(&End::Recheck(None, Duration::from_secs(3)), &c),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(delay(&End::AwaitChange, &c), None);
+        assert_eq!(
+            delay(&End::Fail(Outcome::new(Reason::ResourceRemovalFailed, "").into()), &c),
+            None
+        );
         c.ready_state_requeue_interval = Duration::ZERO;
         c.processing_state_requeue_interval = Duration::ZERO;
         for r in [
@@ -132,8 +138,8 @@ mod tests {
             Reason::ProvisioningFailed,
             Reason::HardDeleting,
         ] {
-            assert_eq!(delay(r, Requeue::Periodic, &c), None, "{r}");
+            assert_eq!(delay(&End::Report(Outcome::new(r, "")), &c), None, "{r}");
         }
-        assert_eq!(delay(Reason::Updated, Requeue::After(Duration::ZERO), &c), None);
+        assert_eq!(delay(&recheck(Duration::ZERO), &c), None);
     }
 }

@@ -1,12 +1,14 @@
-//! Module resources (docs/behaviour.md#module-resources, #preparation): loading `module-resources/` and preparing the objects to apply.
-//! Loading reads files; preparation is pure.
+//! Module resources (docs/behaviour.md#module-resources, #preparation): preparing the objects to apply, pure.
+//! Loading `module-resources/` is [`crate::manifests`]'s (re-exported here).
 
 use super::credentials::Credentials;
 use base64::Engine as _;
 use btp_api::names;
 use serde_json::{json, Map, Value};
-use std::path::{Path, PathBuf};
 
+pub use crate::manifests::{
+    module_resources as load, module_resources_from_files as from_files, LoadError, ModuleResources,
+};
 pub use btp_api::names::operand::{CONFIGMAP as OPERAND_CONFIGMAP, SECRET as OPERAND_SECRET};
 /// Container that gets the operand image.
 pub const MANAGER_CONTAINER: &str = "manager";
@@ -27,135 +29,6 @@ pub const CLUSTER_SCOPED_KINDS: [&str; 7] = [
 /// Whether objects of `kind` are cluster-scoped.
 pub fn is_cluster_scoped(kind: &str) -> bool {
     CLUSTER_SCOPED_KINDS.contains(&kind)
-}
-
-/// Loading failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// A file or directory could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// Which.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A document is not valid YAML or not a Kubernetes object.
-    #[error("{path}: {reason}")]
-    Invalid {
-        /// Which file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// The operand's manifests as shipped with the manager.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ModuleResources {
-    /// Objects to apply, in file-name then document order.
-    pub apply: Vec<Value>,
-    /// Objects from older chart versions to delete.
-    pub delete: Vec<Value>,
-    /// The chart version (label `chart-version`).
-    pub chart_version: String,
-}
-
-fn read_dir_objects(dir: &Path) -> Result<Vec<Value>, LoadError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(LoadError::Read {
-                path: dir.into(),
-                source,
-            })
-        }
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yml" || e == "yaml"))
-        .collect();
-    files.sort();
-    let mut objects = Vec::new();
-    for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        parse_file(path, &text, &mut objects)?;
-    }
-    Ok(objects)
-}
-
-/// The objects of one file's `text` (several documents, empty ones skipped), appended to `objects`.
-fn parse_file(path: PathBuf, text: &str, objects: &mut Vec<Value>) -> Result<(), LoadError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| LoadError::Invalid {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    for doc in docs.into_iter().filter(|d| !d.is_null()) {
-        let named = doc["apiVersion"].is_string() && doc["kind"].is_string() && doc["metadata"]["name"].is_string();
-        if !named {
-            return Err(LoadError::Invalid {
-                path,
-                reason: "a document lacks apiVersion, kind or metadata.name".into(),
-            });
-        }
-        objects.push(doc);
-    }
-    Ok(())
-}
-
-/// [`read_dir_objects`] over `(file name, text)` pairs instead of a directory (same file filter, order and
-/// parsing); `dir` only names the files in errors.
-fn files_objects(dir: &Path, files: &[(&str, &str)]) -> Result<Vec<Value>, LoadError> {
-    let mut files: Vec<&(&str, &str)> = files
-        .iter()
-        .filter(|(name, _)| Path::new(name).extension().is_some_and(|e| e == "yml" || e == "yaml"))
-        .collect();
-    files.sort_by_key(|(name, _)| *name);
-    let mut objects = Vec::new();
-    for (name, text) in files {
-        parse_file(dir.join(name), text, &mut objects)?;
-    }
-    Ok(objects)
-}
-
-/// What [`load`] returns for a directory holding these `apply/` and `delete/` files and this
-/// `chart-version` text (the copy built into the binary, see `crate::embedded`).
-pub fn from_files(
-    apply: &[(&str, &str)],
-    delete: &[(&str, &str)],
-    chart_version: &str,
-) -> Result<ModuleResources, LoadError> {
-    let dir = Path::new(crate::embedded::MODULE_RESOURCES);
-    Ok(ModuleResources {
-        apply: files_objects(&dir.join("apply"), apply)?,
-        delete: files_objects(&dir.join("delete"), delete)?,
-        chart_version: chart_version.trim().to_string(),
-    })
-}
-
-/// Load `<dir>/apply`, `<dir>/delete` and `<dir>/chart-version`; the empty path loads the copy built into
-/// the binary (`crate::embedded`).
-pub fn load(dir: &Path) -> Result<ModuleResources, LoadError> {
-    if crate::embedded::is_builtin(dir) {
-        return crate::embedded::module_resources();
-    }
-    let version_path = dir.join("chart-version");
-    let chart_version = std::fs::read_to_string(&version_path)
-        .map_err(|source| LoadError::Read {
-            path: version_path,
-            source,
-        })?
-        .trim()
-        .to_string();
-    Ok(ModuleResources {
-        apply: read_dir_objects(&dir.join("apply"))?,
-        delete: read_dir_objects(&dir.join("delete"))?,
-        chart_version,
-    })
 }
 
 /// What preparation needs besides the manifests.

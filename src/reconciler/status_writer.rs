@@ -1,10 +1,10 @@
 //! Writing the CR's status: only when it changes ([`super::status::next_status`]), with an Event on every
-//! state change.
+//! state change (published in the background, [`super::events`]).
 
 use super::context::Context;
 use super::error::{api_err, ApiError};
 use super::status::{self, Outcome};
-use btp_api::{BtpOperator, BtpOperatorStatus, State};
+use btp_api::{BtpOperator, BtpOperatorStatus, Reason, State};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource as _, ResourceExt as _};
@@ -49,7 +49,7 @@ impl<'a> StatusWriter<'a> {
         let patch = Patch::Merge(json!({ "status": next }));
         let name = self.cr.name_any();
         let patch_params = PatchParams::default();
-        super::cluster::retrying(|| self.api.patch_status(&name, &patch_params, &patch))
+        super::cluster::retry::retrying(|| self.api.patch_status(&name, &patch_params, &patch))
             .await
             .map_err(api_err("writing the BtpOperator status"))?;
         let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state);
@@ -65,7 +65,7 @@ impl<'a> StatusWriter<'a> {
                 action: "Reconcile".into(),
                 secondary: None,
             };
-            self.ctx.publish(event, &self.cr.object_ref(&())).await;
+            self.ctx.publish(event, self.cr.object_ref(&()));
             tracing::info!(state = next.state.as_str(), reason = %outcome.reason, detail = %outcome.message, "BtpOperator state changed");
         }
         self.ctx.metrics.cr_state(Some(next.state.as_str()));
@@ -78,11 +78,11 @@ impl<'a> StatusWriter<'a> {
         status::current_state(self.current.as_ref())
     }
 
-    /// The `Ready` condition's reason now.
-    pub fn reason(&self) -> Option<&str> {
+    /// The `Ready` condition's reason now (None when there is none, or it is not one of ours).
+    pub fn reason(&self) -> Option<Reason> {
         self.current
             .as_ref()
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == status::READY))
-            .map(|c| c.reason.as_str())
+            .and_then(|c| c.reason.parse().ok())
     }
 }

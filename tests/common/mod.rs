@@ -8,17 +8,20 @@
 //! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
+pub mod eventually;
 pub mod install;
 pub mod operand;
 
-use btp_api::{names, BtpOperator, State};
+pub use eventually::*;
+
+use btp_api::{names, BtpOperator, Reason};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
 use btp_manager::config::Config;
-use btp_manager::reconciler::{self, metrics::ReconcileMetrics, resources, Context};
+use btp_manager::manager::{ManagerBuilder, Options};
+use btp_manager::reconciler::Context;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,7 +76,7 @@ pub struct StartOptions {
     /// under that name); the harness keeps the admin client. None: one client for both.
     pub manager_user: Option<String>,
     /// Whether the harness runs the reconciler itself (false: the test starts the manager its own way,
-    /// e.g. through `app::spawn_reconciler` with leader election, using `Env::manager_client`).
+    /// e.g. through `ManagerBuilder` with leader election, using `Env::manager_client`).
     pub reconcile: bool,
 }
 
@@ -135,7 +138,7 @@ pub struct Env {
     pub ctx: Arc<Context>,
     config: Config,
     created_namespaces: std::sync::Mutex<Vec<String>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -154,7 +157,7 @@ impl Env {
             (Some(server), Some(user)) => server.kube_config_as(user),
             _ => config_of_admin,
         };
-        let manager_client = btp_manager::app::manager_client(manager_config).expect("the manager's client");
+        let manager_client = btp_manager::manager::manager_client(manager_config).expect("the manager's client");
         if server.is_none() {
             // A test that failed earlier could not clean up after itself (panics skip `stop`).
             cleanup(&client, &[]).await;
@@ -183,7 +186,7 @@ impl Env {
                 btp_apiserver::testing::spawn_deployment_controller(client.clone());
             }
         }
-        let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile);
+        let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile).await;
         let backend = match (server, serial) {
             (Some(server), _) => Backend::Embedded(server),
             (None, serial) => Backend::Cluster {
@@ -206,7 +209,7 @@ impl Env {
     /// in-memory state, against the same API server.
     pub async fn restart_manager(&mut self) {
         self.stop_manager().await;
-        let (ctx, stop, task) = spawn_manager(&self.manager_client, self.config.clone(), true);
+        let (ctx, stop, task) = spawn_manager(&self.manager_client, self.config.clone(), true).await;
         self.ctx = ctx;
         self.stop = Some(stop);
         self.task = task;
@@ -214,7 +217,7 @@ impl Env {
 
     async fn stop_manager(&mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(task) = self.task.take() {
             task.abort();
@@ -301,31 +304,79 @@ impl Env {
             .unwrap();
     }
 
-    /// Wait until the CR has `state` and `reason`; returns the CR as it was seen then (not read again: the
-    /// next pass may already have moved on).
-    pub async fn wait_for(&self, ns: &str, name: &str, state: State, reason: &str, deadline: Duration) -> BtpOperator {
-        let crs = self.crs(ns);
-        let end = tokio::time::Instant::now() + deadline;
-        loop {
-            let cr = crs.get_opt(name).await.ok().flatten();
-            let status = cr.as_ref().and_then(|c| c.status.clone());
-            let hit = status.as_ref().is_some_and(|s| {
-                s.state == state && s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason)
-            });
-            if let (true, Some(cr)) = (hit, cr) {
-                return cr;
-            }
-            assert!(
-                tokio::time::Instant::now() < end,
-                "{ns}/{name} did not reach {state:?}/{reason} within {deadline:?}; last status: {status:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    /// Create the credentials Secret ([`credentials`], labelled) and `kyma-system/btpoperator`.
+    pub async fn create_secret_and_cr(&self) {
+        self.create_secret(credentials(), true).await;
+        self.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    }
+
+    /// Merge `patch` into the credentials Secret `kyma-system/sap-btp-manager`.
+    pub async fn patch_secret(&self, patch: serde_json::Value) {
+        Api::<Secret>::namespaced(self.client.clone(), names::KYMA_SYSTEM)
+            .patch(
+                names::REQUIRED_SECRET_NAME,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// `kyma-system/btpoperator` as it is now.
+    pub async fn cr(&self) -> BtpOperator {
+        self.crs(names::KYMA_SYSTEM)
+            .get(names::BTP_OPERATOR_NAME)
+            .await
+            .unwrap()
+    }
+
+    /// Merge `patch` into `kyma-system/btpoperator`.
+    pub async fn patch_cr(&self, patch: serde_json::Value) {
+        self.crs(names::KYMA_SYSTEM)
+            .patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Delete `kyma-system/btpoperator` (the deletion is accepted; the manager's finalizer holds it).
+    pub async fn delete_cr(&self) {
+        self.crs(names::KYMA_SYSTEM)
+            .delete(names::BTP_OPERATOR_NAME, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Wait until `kyma-system/btpoperator` shows `reason` (and the state it goes with); the CR as it was seen
+    /// then.
+    pub async fn wait_cr(&self, reason: Reason, secs: u64) -> BtpOperator {
+        self.wait_cr_at(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME, reason, secs)
+            .await
+    }
+
+    /// [`Env::wait_cr`] for the BtpOperator `ns/name`.
+    pub async fn wait_cr_at(&self, ns: &str, name: &str, reason: Reason, secs: u64) -> BtpOperator {
+        wait_cr_in(&self.client, ns, name, reason, Duration::from_secs(secs)).await
+    }
+
+    /// Wait until `kyma-system/btpoperator` is gone.
+    pub async fn wait_cr_gone(&self, secs: u64) {
+        let crs = self.crs(names::KYMA_SYSTEM);
+        eventually(Duration::from_secs(secs), "the BtpOperator is gone", || cr_gone(&crs)).await;
+    }
+
+    /// The embedded API server, for a test that needs its fault injection; None (saying the test is not run)
+    /// on a real cluster.
+    pub fn embedded(&self) -> Option<&RunningApiServer> {
+        let server = self.server();
+        if server.is_none() {
+            eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
         }
+        server
     }
 
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
@@ -351,33 +402,25 @@ impl Drop for OperandDouble {
     }
 }
 
-/// The manager's reconciler with the real module resources and network policies.
-fn spawn_manager(
+/// The manager's reconciler, wired as `run` wires it without leader election (the built-in module resources
+/// and network policies; `reconcile`: whether it runs, else only its context is made).
+async fn spawn_manager(
     client: &kube::Client,
     config: Config,
     reconcile: bool,
 ) -> (
     Arc<Context>,
-    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::watch::Sender<bool>,
     Option<tokio::task::JoinHandle<()>>,
 ) {
-    let module = resources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")).unwrap();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = ReconcileMetrics::register(&mut registry);
-    let policies = btp_manager::reconciler::network_policies::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("manager-resources"),
-    )
-    .unwrap();
-    let ctx = Arc::new(
-        Context::new(client.clone(), config, module, IMAGE.into(), None, metrics).with_network_policies(policies),
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = reconcile.then(|| {
-        tokio::spawn(reconciler::run(ctx.clone(), async move {
-            let _ = stopped.await;
-        }))
-    });
-    (ctx, stop, task)
+    let builder =
+        ManagerBuilder::new(client.clone(), Options::in_process(config, IMAGE)).expect("the manager's options");
+    let (stop, term) = tokio::sync::watch::channel(false);
+    if !reconcile {
+        return (builder.context(), stop, None);
+    }
+    let reconciler = builder.start_reconciler(term).await.expect("the reconciler starts");
+    (reconciler.ctx, stop, Some(reconciler.task))
 }
 
 /// Leave a real cluster as the test found it: the CRs (finalizers removed), the required Secret and config
@@ -563,57 +606,18 @@ pub fn credentials() -> serde_json::Value {
     })
 }
 
-/// Poll `check` until it is true; panic with `what` after `within`.
-pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// An environment with the credentials Secret and `kyma-system/btpoperator` in Ready.
 pub async fn ready_env(config: Config) -> Env {
     let env = Env::start(config, true).await;
-    env.create_secret(credentials(), true).await;
-    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
-    env.wait_for(
-        names::KYMA_SYSTEM,
-        names::BTP_OPERATOR_NAME,
-        State::Ready,
-        "ReconcileSucceeded",
-        Duration::from_secs(10),
-    )
-    .await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
     env
 }
 
 /// Force one reconcile of `kyma-system/btpoperator` and wait until it has run (the manager removes the
 /// annotation when the pass is over).
 pub async fn reconcile_now(env: &Env) {
-    let crs = env.crs(names::KYMA_SYSTEM);
-    let patch = serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}});
-    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(5), "the reconcile annotation is consumed", || {
-        let crs = crs.clone();
-        async move {
-            let cr = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
-            !cr.metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key(names::OPERATION_ANNOTATION)
-        }
-    })
-    .await;
+    reconcile_now_in(&env.crs(names::KYMA_SYSTEM), Duration::from_secs(5)).await;
 }
 
 /// Mark the operand Deployment (not) available, as its controller would (once the manager created it).
@@ -634,4 +638,42 @@ pub async fn set_available(env: &Env, available: bool) {
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+}
+
+/// A loopback address with a port that was free a moment ago.
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    free_addr().port()
+}
+
+/// The kubectl to run: `$KUBECTL`, else the one on PATH (`scripts/test` installs it).
+pub fn kubectl() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
+}
+
+/// A fresh, empty directory `btp-<name>-<pid>` in the temporary directory, for one test.
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("btp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+/// Copy the built-in operand chart (`module-resources`: `apply/` and `chart-version`) to `dir`, with an empty
+/// `delete/`, for a test to change.
+pub fn copy_chart(dir: &std::path::Path) {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources");
+    std::fs::create_dir_all(dir.join("apply")).expect("the chart's apply/");
+    std::fs::create_dir_all(dir.join("delete")).expect("the chart's delete/");
+    for entry in std::fs::read_dir(source.join("apply")).expect("module-resources/apply") {
+        let path = entry.expect("a file").path();
+        std::fs::copy(&path, dir.join("apply").join(path.file_name().expect("a name"))).expect("copy");
+    }
+    std::fs::copy(source.join("chart-version"), dir.join("chart-version")).expect("copy chart-version");
 }

@@ -1,5 +1,6 @@
 //! axum handlers: translate HTTP to [`crate::rules`] and back. No decisions are made here.
 
+pub use crate::endpoint::Webhook;
 use crate::metrics::{Verdict as MetricVerdict, WebhookMetrics};
 use crate::review::{self, Rejected, ReviewError, MAX_BODY_BYTES};
 use crate::rules::{self, RulesConfig, ServiceCountResult, ServiceCounts, Verdict};
@@ -114,25 +115,6 @@ impl WebhookState {
 
 /// Default of [`WebhookState::with_body_timeout`].
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Which endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Webhook {
-    /// `/validate`.
-    Validate,
-    /// `/mutate`.
-    Mutate,
-}
-
-impl Webhook {
-    /// Label value used in metrics and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Webhook::Validate => "validate",
-            Webhook::Mutate => "mutate",
-        }
-    }
-}
 
 /// The router: `/validate`, `/mutate`, `/healthz`.
 pub fn router(state: WebhookState) -> Router {

@@ -1,6 +1,6 @@
 //! Webhook request duration by webhook and verdict.
 
-use crate::handlers::Webhook;
+use crate::endpoint::Webhook;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;

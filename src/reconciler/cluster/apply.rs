@@ -1,8 +1,9 @@
-//! Applying the module resources: outdated objects deleted, the operand's certificates decided (and
-//! regenerated when needed), network policies planned, what differs server-side applied in waves
-//! ([`crate::reconciler::waves`]).
+//! Applying the module resources: what the apply may write read first (alongside the drift observation),
+//! outdated objects deleted, the operand's certificates decided (and regenerated when needed), network
+//! policies planned, what differs server-side applied in dependency order ([`crate::reconciler::waves`]).
 
-use super::{ignoring_not_found, retrying, Cluster};
+use super::api::{ignoring_not_found, Cluster};
+use super::retry::retrying;
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::metrics::Certificate;
@@ -76,37 +77,46 @@ fn key(obj: &Value) -> Key {
     (kind, ns, name)
 }
 
+/// What the apply found before writing: every object it may write, as the API server had it (None when
+/// absent). Read alongside the credentials drift observation ([`Cluster::read_module`]), so that a pass
+/// spends no round trip of its own on them.
+pub struct ModuleReads {
+    live: BTreeMap<Key, Option<Value>>,
+    /// The outdated objects (`delete/`) that exist: to delete.
+    outdated: Vec<Value>,
+    /// Whether the legacy network policy exists: to delete.
+    legacy_policy: bool,
+}
+
+impl ModuleReads {
+    /// Whether the reads include the object `kind` `namespace`/`name`.
+    pub fn includes(&self, kind: &str, namespace: &str, name: &str) -> bool {
+        self.live
+            .keys()
+            .any(|(k, ns, n)| k == kind && n == name && ns.as_deref().is_none_or(|ns| ns == namespace))
+    }
+}
+
 impl Cluster<'_> {
-    /// Delete outdated objects, prepare and server-side apply the module resources
-    /// (docs/behaviour.md#apply). One round of requests side by side first: the outdated and legacy objects
-    /// deleted, and every object to apply read (the compare-before-apply reads, the operand's certificate
-    /// Secrets among them). Then only what differs is applied, in dependency-ordered waves
-    /// ([`waves`]), each wave's requests side by side; a wave that fails stops the apply.
-    pub async fn apply_module(
+    /// The network policies to apply (and whether to remove ours instead) for a CR with `policies_enabled`.
+    fn policy_plan(&self, policies_enabled: bool) -> (Vec<Value>, bool) {
+        match network_policies::plan(&self.settings.network_policies, policies_enabled) {
+            network_policies::Plan::Apply(policies) => (policies, false),
+            network_policies::Plan::Remove => (Vec::new(), true),
+        }
+    }
+
+    /// Read every object the apply may write, side by side (the compare-before-apply reads, the operand's
+    /// certificate Secrets among them). Which objects does not depend on the certificates; an object
+    /// `delete/` also names is not read: it is deleted, and applied afresh.
+    pub async fn read_module(
         &self,
-        cr: &btp_api::BtpOperator,
         module: &ModuleResources,
         credentials: &Credentials,
         policies_enabled: bool,
-    ) -> Result<Applied, ApplyError> {
-        let (policies, remove_policies) = match network_policies::plan(&self.ctx.network_policies(), policies_enabled) {
-            network_policies::Plan::Apply(policies) => (policies, false),
-            network_policies::Plan::Remove => (Vec::new(), true),
-        };
-        let mut inputs = resources::Inputs {
-            chart_namespace: &self.config.chart_namespace,
-            deployment_name: &self.config.deployment_name,
-            credentials,
-            enable_limited_cache: &self.config.enable_limited_cache,
-            image: &self.ctx.image,
-            rbac_proxy_image: self.ctx.rbac_proxy_image.as_deref(),
-            ca_bundle: None,
-            extra: &policies,
-            unversioned: &[],
-        };
-        // What is read: every object to apply (which ones does not depend on the certificates) and the
-        // certificate Secrets, by name. An object `delete/` also names is not read: it is deleted in the same
-        // round, and applied afresh.
+    ) -> Result<ModuleReads, ApplyError> {
+        let (policies, _) = self.policy_plan(policies_enabled);
+        let inputs = self.inputs(credentials, &policies);
         let mut targets: Vec<Value> = resources::prepare(module, &inputs)?;
         targets.extend([operand::CA_SECRET, operand::WEBHOOK_SECRET].map(|name| {
             json!({"apiVersion": "v1", "kind": "Secret",
@@ -115,32 +125,105 @@ impl Cluster<'_> {
         let deleted: Vec<Key> = module.delete.iter().map(key).collect();
         let mut seen = std::collections::BTreeSet::new();
         targets.retain(|t| seen.insert(key(t)) && !deleted.contains(&key(t)));
-
-        let legacy: Api<NetworkPolicy> = Api::namespaced(self.client(), &self.config.chart_namespace);
-        let (outdated, removed, legacy, reads) = futures::join!(
-            self.delete_outdated(module),
-            async {
-                match remove_policies {
-                    true => self.remove_network_policies().await,
-                    false => Ok(()),
-                }
-            },
-            // The policy the original installed under an older name (its migration).
-            self.delete_ignoring_not_found(&legacy, network_policies::LEGACY_POLICY, "the legacy network policy"),
-            // Owned items: a closure over borrowed ones would not be general enough for the controller's
-            // `Send` future.
-            futures::stream::iter(targets.clone())
-                .map(|t| async move { self.read(&t).await })
-                .buffered(waves::CONCURRENCY)
-                .collect::<Vec<_>>(),
-        );
-        outdated?;
-        let mut live: BTreeMap<Key, Option<Value>> = BTreeMap::new();
-        for (target, read) in targets.iter().zip(reads) {
+        // And what is to be deleted, so that only what exists is: the outdated objects and the policy the
+        // original installed under an older name (its migration). A steady state sends no delete.
+        let legacy = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                            "metadata": {"name": network_policies::LEGACY_POLICY,
+                                         "namespace": self.config.chart_namespace}});
+        let outdated = module.delete.clone();
+        let everything: Vec<Value> = targets.iter().chain(&outdated).chain([&legacy]).cloned().collect();
+        // Owned items: a closure over borrowed ones would not be general enough for the controller's `Send`
+        // future.
+        let mut reads = futures::stream::iter(everything)
+            .map(|t| async move { self.read(&t).await })
+            .buffered(waves::CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter();
+        let mut live = BTreeMap::new();
+        for (target, read) in targets.iter().zip(reads.by_ref()) {
             live.insert(key(target), read?);
         }
-        removed?;
-        legacy?;
+        let mut present = Vec::new();
+        for (obj, read) in outdated.into_iter().zip(reads.by_ref()) {
+            if read?.is_some() {
+                present.push(obj);
+            }
+        }
+        let legacy_policy = reads.next().transpose()?.flatten().is_some();
+        Ok(ModuleReads {
+            live,
+            outdated: present,
+            legacy_policy,
+        })
+    }
+
+    fn inputs<'i>(&'i self, credentials: &'i Credentials, policies: &'i [Value]) -> resources::Inputs<'i> {
+        resources::Inputs {
+            chart_namespace: &self.config.chart_namespace,
+            deployment_name: &self.config.deployment_name,
+            credentials,
+            enable_limited_cache: &self.config.enable_limited_cache,
+            image: &self.ctx.image,
+            rbac_proxy_image: self.ctx.rbac_proxy_image.as_deref(),
+            ca_bundle: None,
+            extra: policies,
+            unversioned: &[],
+        }
+    }
+
+    /// Delete outdated objects, prepare and server-side apply the module resources
+    /// (docs/behaviour.md#apply), from what [`Cluster::read_module`] read (`reads`; read here when None).
+    /// Only what differs from what was read is applied, in the order of [`waves`]; the outdated and legacy
+    /// objects found are deleted alongside (before, when one of them is applied afresh).
+    pub async fn apply_module(
+        &self,
+        cr: &btp_api::BtpOperator,
+        module: &ModuleResources,
+        credentials: &Credentials,
+        policies_enabled: bool,
+        reads: Option<ModuleReads>,
+    ) -> Result<Applied, ApplyError> {
+        let (policies, remove_policies) = self.policy_plan(policies_enabled);
+        let reads = match reads {
+            Some(reads) => reads,
+            None => self.read_module(module, credentials, policies_enabled).await?,
+        };
+        let ModuleReads {
+            mut live,
+            outdated,
+            legacy_policy,
+        } = reads;
+        let legacy: Api<NetworkPolicy> = Api::namespaced(self.client(), &self.config.chart_namespace);
+        let recreated: Vec<Key> = outdated.iter().map(key).collect();
+        let mut deletes = Some(async {
+            let (outdated, removed, legacy) = futures::join!(
+                self.delete_outdated(&outdated),
+                async {
+                    match remove_policies {
+                        true => self.remove_network_policies().await,
+                        false => Ok(()),
+                    }
+                },
+                async {
+                    match legacy_policy {
+                        true => {
+                            self.delete_ignoring_not_found(
+                                &legacy,
+                                network_policies::LEGACY_POLICY,
+                                "the legacy network policy",
+                            )
+                            .await
+                        }
+                        false => Ok(()),
+                    }
+                },
+            );
+            outdated?;
+            removed?;
+            legacy?;
+            Ok::<(), ApplyError>(())
+        });
 
         let secret = |name: &str| {
             let found = live.get(&(
@@ -157,6 +240,7 @@ impl Cluster<'_> {
         let certs = self
             .operand_certificates(secret(operand::CA_SECRET), secret(operand::WEBHOOK_SECRET))
             .await?;
+        let mut inputs = self.inputs(credentials, &policies);
         inputs.ca_bundle = certs.ca_bundle.as_deref();
         inputs.unversioned = &certs.secrets;
         let objects = resources::prepare(module, &inputs)?;
@@ -168,29 +252,26 @@ impl Cluster<'_> {
                 !current.is_some_and(|l| resources::already_applied(l, o))
             })
             .collect();
-        let writes = async {
-            let mut answers = Vec::new();
-            for (_, wave) in waves::in_waves(changed.iter().cloned(), waves::kind_of) {
-                let results = futures::stream::iter(wave)
-                    .map(|o| async move { self.apply_one(&o).await })
-                    .buffered(waves::CONCURRENCY)
-                    .collect::<Vec<_>>()
-                    .await;
-                // The first failure in the wave's order (not the first to answer), so the message is stable.
-                for result in results {
-                    answers.push(result?);
+        // An object deleted to be applied afresh is written only once its deletion is done.
+        if changed.iter().any(|o| recreated.contains(&key(o))) {
+            if let Some(deletes) = deletes.take() {
+                deletes.await?;
+            }
+        }
+        if let Some(regenerated) = &certs.regenerated {
+            self.ctx.certificate_event(cr, regenerated.what, &regenerated.decision);
+        }
+        let (deleted, written) = futures::join!(
+            async {
+                match deletes {
+                    Some(deletes) => deletes.await,
+                    None => Ok(()),
                 }
-            }
-            Ok::<_, ApiError>(answers)
-        };
-        let event = async {
-            if let Some(regenerated) = &certs.regenerated {
-                self.ctx
-                    .certificate_event(cr, regenerated.what, &regenerated.decision)
-                    .await;
-            }
-        };
-        let ((), written) = futures::join!(event, writes);
+            },
+            self.write_in_order(&changed)
+        );
+        // The deletes' failures first (they were sent first in the order of the pass).
+        deleted?;
         // What the writes answered replaces what was read: the Deployment as the apply left it.
         live.extend(written?);
 
@@ -207,12 +288,78 @@ impl Cluster<'_> {
         Ok(Applied { operand_deployment })
     }
 
+    /// Server-side apply `objects` in the order of [`waves::plan`]: a group of one kind as soon as the
+    /// groups it needs are applied, its requests side by side (at most [`waves::CONCURRENCY`] in flight in
+    /// all); a group whose needs failed is not sent. The answers, or the first failure in the plan's order.
+    async fn write_in_order(&self, objects: &[Value]) -> Result<Vec<(Key, Option<Value>)>, ApiError> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Group {
+            Waiting,
+            Sent,
+            Applied,
+            Failed,
+        }
+        let plan = waves::plan(objects, waves::kind_of);
+        let limit = tokio::sync::Semaphore::new(waves::CONCURRENCY);
+        // Each object's answer once its group is back; None for an object never sent.
+        type Answer = Result<(Key, Option<Value>), ApiError>;
+        let mut results: Vec<Option<Answer>> = objects.iter().map(|_| None).collect();
+        let mut groups = vec![Group::Waiting; plan.groups.len()];
+        let mut sent = futures::stream::FuturesUnordered::new();
+        loop {
+            // A group needs only groups before it (of a smaller depth): one sweep settles every group.
+            for (g, group) in plan.groups.iter().enumerate() {
+                if groups[g] != Group::Waiting {
+                    continue;
+                }
+                if group.after.iter().any(|&a| groups[a] == Group::Failed) {
+                    groups[g] = Group::Failed;
+                } else if group.after.iter().all(|&a| groups[a] == Group::Applied) {
+                    groups[g] = Group::Sent;
+                    let limit = &limit;
+                    sent.push(async move {
+                        let answers = futures::future::join_all(group.members.iter().map(|&i| async move {
+                            // The semaphore is never closed: a permit always comes.
+                            let _permit = limit.acquire().await.ok();
+                            (i, self.apply_one(&objects[i]).await)
+                        }))
+                        .await;
+                        (g, answers)
+                    });
+                }
+            }
+            let Some((g, answers)) = sent.next().await else {
+                break;
+            };
+            groups[g] = if answers.iter().all(|(_, a)| a.is_ok()) {
+                Group::Applied
+            } else {
+                Group::Failed
+            };
+            for (i, answer) in answers {
+                results[i] = Some(answer);
+            }
+        }
+        let mut written = Vec::new();
+        for &i in &plan.order {
+            match results[i].take() {
+                Some(Ok(answer)) => written.push(answer),
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+        }
+        Ok(written)
+    }
+
     /// The object `target` names as it is now (None when absent), as JSON.
+    /// A 404 is absence, also when it is the resource type that does not exist (an instance of a CRD the
+    /// same apply creates: the API server answers `404 page not found`, not a NotFound Status).
     async fn read(&self, target: &Value) -> Result<Option<Value>, ApiError> {
         let (api, name) = self.dynamic_api(target);
-        let live = retrying(|| api.get_opt(&name))
-            .await
-            .map_err(api_err(format!("reading {} {name}", waves::kind_of(target))))?;
+        let live = match retrying(|| api.get_opt(&name)).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            read => read.map_err(api_err(format!("reading {} {name}", waves::kind_of(target))))?,
+        };
         Ok(live.and_then(|l| serde_json::to_value(l).ok()))
     }
 
@@ -227,10 +374,10 @@ impl Cluster<'_> {
             .map_err(api_err(format!("applying {} {name}", waves::kind_of(obj))))
     }
 
-    /// Objects the chart no longer has (`delete/`), side by side; NotFound is success, other failures are
-    /// collected in the order of `delete/`.
-    async fn delete_outdated(&self, module: &ModuleResources) -> Result<(), ApplyError> {
-        let errors: Vec<ApiError> = futures::stream::iter(module.delete.clone())
+    /// Objects the chart no longer has (`delete/`, those found), side by side; NotFound is success, other
+    /// failures are collected in the order of `delete/`.
+    async fn delete_outdated(&self, outdated: &[Value]) -> Result<(), ApplyError> {
+        let errors: Vec<ApiError> = futures::stream::iter(outdated.to_vec())
             .map(|obj| async move {
                 let (api, name) = self.dynamic_api(&obj);
                 let kind = waves::kind_of(&obj);

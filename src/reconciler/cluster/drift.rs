@@ -1,11 +1,13 @@
 //! Reading what credentials drift needs and carrying out its actions (the decisions are in
 //! `reconciler::drift`). Failed calls map to the reasons the status contract names for them, and the pass is
-//! retried with backoff ([`Stop::Retry`]).
+//! retried with backoff ([`End::Fail`]).
 
-use super::{retrying, Cluster};
+use super::api::Cluster;
+use super::retry::retrying;
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::drift;
-use crate::reconciler::error::{api_err, retry, Stop};
+use crate::reconciler::end::{retry, End};
+use crate::reconciler::error::api_err;
 use btp_api::{names, Reason};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -59,7 +61,7 @@ impl Cluster<'_> {
         credentials: &Credentials,
         required_annotations: &BTreeMap<String, String>,
         clusterid_namespace: Option<&str>,
-    ) -> Result<DriftObservation, Stop> {
+    ) -> Result<DriftObservation, End> {
         let operand_secret_namespaces = self
             .operand_secret_namespaces()
             .await
@@ -143,7 +145,7 @@ impl Cluster<'_> {
         required_annotations: &BTreeMap<String, String>,
         actions: &drift::Actions,
         seen: &DriftObservation,
-    ) -> Result<(), Stop> {
+    ) -> Result<(), End> {
         let mut annotations = serde_json::Map::new();
         for (key, value) in [
             (

@@ -3,7 +3,8 @@
 //! own objects carry neither pair, see `btp_api::names::manager_labels`), the network policies, the operand
 //! Secret wherever it was moved, and the operand's cluster-ID Secret.
 
-use super::{api_resource, ignoring_not_found, retrying, Cluster};
+use super::api::{api_resource, ignoring_not_found, Cluster};
+use super::retry::retrying;
 use crate::reconciler::drift;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::resources::{self, ModuleResources};

@@ -1,8 +1,10 @@
 //! ServiceInstances and ServiceBindings (the operand's custom resources): counting them, deleting them all
 //! (hard delete), and removing them without the operand (soft delete). A missing CRD means there are none.
 
+use super::api::{api_resource, ignoring_not_found, Cluster};
 use super::removal::RemovalError;
-use super::{api_resource, ignoring_not_found, retrying, retrying_within, Cluster};
+use super::retry::{retrying, retrying_within};
+use crate::reconciler::deprovision_plan::Counts;
 use crate::reconciler::error::{api_err, ApiError};
 use btp_api::names;
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -22,22 +24,6 @@ pub const SERVICE_BINDING: &str = "ServiceBinding";
 const PAGE: u32 = 500;
 /// Requests in flight at once when deleting or patching many objects.
 const CONCURRENCY: usize = 16;
-
-/// How many exist.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// ServiceInstances.
-    pub instances: usize,
-    /// ServiceBindings.
-    pub bindings: usize,
-}
-
-impl Counts {
-    /// None of either.
-    pub fn is_zero(&self) -> bool {
-        self.instances == 0 && self.bindings == 0
-    }
-}
 
 /// The API resource of a services kind.
 pub fn services_resource(kind: &str) -> ApiResource {

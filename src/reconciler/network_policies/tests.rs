@@ -2,6 +2,7 @@ use super::*;
 use crate::reconciler::credentials::{validate, Credentials, Observed};
 use crate::reconciler::resources::{prepare, Inputs, ModuleResources};
 use serde_json::json;
+use std::path::{Path, PathBuf};
 
 const NAMES: [&str; 4] = [
     "kyma-project.io--btp-operator-allow-to-apiserver",

@@ -64,7 +64,7 @@ async fn run(services: usize, namespaces: usize, operand_removes_finalizers: boo
     );
 
     // The manager, the credentials, the CR: Ready.
-    btp_apiserver::spawn_deployment_controller(client.clone());
+    btp_apiserver::testing::spawn_deployment_controller(client.clone());
     let extra: &[&str] = if operand_removes_finalizers {
         &[]
     } else {

@@ -58,7 +58,7 @@ impl Latency {
             return;
         }
         for verb in ["create", "update", "patch"] {
-            server.faults().add_latency(btp_apiserver::LatencyRule {
+            server.faults().add_latency(btp_apiserver::testing::LatencyRule {
                 latency: self.crd_writes,
                 verb: Some(verb.into()),
                 resource: Some("customresourcedefinitions".into()),
@@ -124,7 +124,7 @@ async fn setup(config: Config, latency: Latency) -> Setup {
         .create(&PostParams::default(), &secret())
         .await
         .expect("Secret");
-    btp_apiserver::spawn_deployment_controller(client.clone());
+    btp_apiserver::testing::spawn_deployment_controller(client.clone());
     latency.install(&server);
     let manager = start_manager(&server, config).await;
     Setup {

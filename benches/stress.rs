@@ -38,7 +38,7 @@ async fn run(summary: &mut Summary) {
     eprintln!("  dataset created in {:.1?}", started.elapsed());
 
     // The manager, the credentials, the CR: Ready.
-    btp_apiserver::spawn_deployment_controller(client.clone());
+    btp_apiserver::testing::spawn_deployment_controller(client.clone());
     let manager = Manager::start(&cluster.kubeconfig, &[]);
     let crs = cluster.provision(Default::default()).await;
 

@@ -7,7 +7,7 @@
 mod common;
 
 use btp_api::{names, Reason};
-use btp_apiserver::{LatencyRule, RequestRecord};
+use btp_apiserver::testing::{LatencyRule, RequestRecord};
 use btp_manager::config::Config;
 use common::{copy_chart, temp_dir, Env, StartOptions};
 use std::time::Duration;

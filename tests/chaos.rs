@@ -435,7 +435,7 @@ struct RateProbe {
 }
 
 impl RateProbe {
-    fn start(log: btp_apiserver::RequestLog) -> Self {
+    fn start(log: btp_apiserver::testing::RequestLog) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
@@ -672,7 +672,7 @@ async fn operand_certs_valid(client: &kube::Client) -> bool {
 fn inject_faults(server: &RunningApiServer) -> (bool, bool) {
     let faults = server.faults();
     let fault = |fraction: f64, code: u16, verb: Option<&str>| {
-        faults.add(btp_apiserver::FaultRule {
+        faults.add(btp_apiserver::testing::FaultRule {
             fraction,
             code,
             verb: verb.map(str::to_string),

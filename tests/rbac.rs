@@ -17,7 +17,7 @@ mod common;
 mod rbac;
 
 use btp_api::{names, Reason};
-use btp_apiserver::RequestRecord;
+use btp_apiserver::testing::RequestRecord;
 use btp_manager::cli;
 use btp_manager::config::Config;
 use btp_manager::manager::{self, ManagerBuilder, Options, Reach};

@@ -329,7 +329,7 @@ async fn setup() -> (RunningApiServer, kube::Client, PathBuf) {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    btp_apiserver::spawn_deployment_controller(client.clone());
+    btp_apiserver::testing::spawn_deployment_controller(client.clone());
     (server, client, dir)
 }
 

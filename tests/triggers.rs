@@ -14,7 +14,7 @@
 mod common;
 
 use btp_api::{names, Reason};
-use btp_apiserver::{FaultRule, RunningApiServer};
+use btp_apiserver::{testing::FaultRule, RunningApiServer};
 use btp_manager::config::Config;
 use btp_manager::reconciler::{self, cluster::CALL_BUDGET, controller::SHUTDOWN_GRACE};
 use common::*;
@@ -74,7 +74,7 @@ async fn wait_for_request(
     server: &RunningApiServer,
     mark: usize,
     what: &str,
-    matches: impl Fn(&btp_apiserver::RequestRecord) -> bool,
+    matches: impl Fn(&btp_apiserver::testing::RequestRecord) -> bool,
 ) {
     let log = server.request_log();
     eventually(Duration::from_secs(10), what, || {

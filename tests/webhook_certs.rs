@@ -502,12 +502,12 @@ fn the_secret_webhooks_match_the_required_secret_only() {
         let name = hook["name"].as_str().unwrap();
         let secret_hook = name.contains("secret");
         assert_eq!(
-            btp_apiserver::admission::match_conditions(hook, &request("sap-btp-manager")),
+            btp_apiserver::testing::match_conditions(hook, &request("sap-btp-manager")),
             Ok(true),
             "{name}"
         );
         assert_eq!(
-            btp_apiserver::admission::match_conditions(hook, &request("other")),
+            btp_apiserver::testing::match_conditions(hook, &request("other")),
             Ok(!secret_hook),
             "{name}"
         );

@@ -51,7 +51,7 @@ fn parse_args() -> Result<Args, String> {
 }
 
 /// Append the request log to `path` as it grows, every 50 ms, until the process ends.
-fn follow_request_log(log: btp_apiserver::RequestLog, path: String) -> Result<(), String> {
+fn follow_request_log(log: btp_apiserver::testing::RequestLog, path: String) -> Result<(), String> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -108,7 +108,7 @@ async fn main() {
     // (BTP_SERVE_NO_DEPLOYMENT_CONTROLLER=1 leaves them unavailable, like a cluster that cannot pull the image)
     let ctl = match std::env::var("BTP_SERVE_NO_DEPLOYMENT_CONTROLLER").as_deref() {
         Ok("1") => tokio::spawn(async {}),
-        _ => btp_apiserver::spawn_deployment_controller(srv.client().await),
+        _ => btp_apiserver::testing::spawn_deployment_controller(srv.client().await),
     };
     println!("serving on {} (kubeconfig: {})", srv.url(), args.kubeconfig);
     let _ = tokio::signal::ctrl_c().await;

@@ -2,9 +2,9 @@
 //! over the RBAC objects in the store, at the moment of the request.
 
 use crate::authz::{self, Rbac, Request, Rule, User};
+use crate::config::KubeVersion;
 use crate::context::{State, Target};
 use crate::error::{ApiError, ApiResult};
-use crate::KubeVersion;
 use axum::http::{header, HeaderMap};
 use serde_json::Value;
 
@@ -165,7 +165,7 @@ pub(crate) fn authorize_path(st: &State, user: &User, verb: &str, path: &str) ->
 }
 
 /// Authorizes a request for a resource the server does not serve (a real server authorizes first).
-pub(crate) fn authorize_unknown(st: &State, user: &User, rec: &crate::faults::RequestRecord) -> ApiResult<()> {
+pub(crate) fn authorize_unknown(st: &State, user: &User, rec: &crate::request::RequestRecord) -> ApiResult<()> {
     if user.is_master() || rec.resource.is_empty() {
         return Ok(());
     }

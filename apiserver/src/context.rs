@@ -2,11 +2,13 @@
 //! of a request, and [`Ctx`] (one request being handled). `server` (routing), `handlers` (the verbs),
 //! `watch` and `admission` all build on it, and it depends on none of them.
 
+use crate::config::KubeVersion;
 use crate::error::{ApiError, ApiResult};
+#[cfg(feature = "testing")]
 use crate::faults::{FaultInjector, RequestLog};
 use crate::registry::{Registry, ResourceDef};
 use crate::store::{Gr, Store};
-use crate::ServiceMap;
+use crate::webhook_client::WebhookClient;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -23,19 +25,19 @@ pub(crate) struct State {
     pub token: String,
     /// Further bearer tokens and the user each one authenticates (see `RunningApiServer::client_as`).
     pub users: std::sync::RwLock<HashMap<String, String>>,
+    #[cfg(feature = "testing")]
     pub faults: FaultInjector,
+    #[cfg(feature = "testing")]
     pub log: RequestLog,
-    pub service_map: ServiceMap,
+    /// Calls admission webhooks (resolving `clientConfig.service` through the service map).
+    pub webhooks: WebhookClient,
     pub bookmark_interval: Duration,
     pub namespace_termination_delay: Duration,
     /// The Kubernetes version the server behaves as.
-    pub version: crate::KubeVersion,
+    pub version: KubeVersion,
     pub addr: SocketAddr,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     pub active_watches: std::sync::atomic::AtomicUsize,
-    /// Open HTTP/2 connections to webhooks, reused as a real API server does (keyed by address, server name
-    /// and caBundle, so a new CA or a restarted webhook server gets a new connection).
-    pub webhook_connections: crate::admission::WebhookConnections,
 }
 
 /// A resolved resource request.

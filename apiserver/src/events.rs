@@ -3,8 +3,9 @@
 //! (`kubectl get events`, and `kubectl describe`, which lists core Events with field selectors on
 //! `involvedObject.*`).
 //!
-//! The store calls [`after_write`] after each write of an `events.k8s.io` Event; it brings the core view of
-//! that Event in line with the current `events.k8s.io` object (created, updated or removed). Fields map the
+//! The store calls [`after_store_write`] after each write (the server gives it that hook); after a write of an
+//! `events.k8s.io` Event it brings the core view of that Event in line with the current `events.k8s.io`
+//! object (created, updated or removed). Fields map the
 //! way the API server converts them: `note` → `message`, `regarding` → `involvedObject`,
 //! `reportingController` → `reportingComponent` and `source.component`, `deprecatedCount` / `series.count`
 //! → `count`, `deprecatedFirstTimestamp` / `eventTime` → `firstTimestamp`, `deprecatedLastTimestamp` /
@@ -29,8 +30,16 @@ fn events_gr() -> Gr {
 }
 
 /// Whether a write to `gr` needs [`after_write`].
-pub fn is_events_v1(gr: &Gr) -> bool {
+fn is_events_v1(gr: &Gr) -> bool {
     gr.0 == GROUP && gr.1 == PLURAL
+}
+
+/// The store's hook after every write (see [`Store::after_write`]): events.k8s.io Events are also core/v1
+/// Events.
+pub(crate) fn after_store_write(store: &Store, gr: &Gr, ns: &str, name: &str) {
+    if is_events_v1(gr) {
+        after_write(store, ns, name);
+    }
 }
 
 /// Make the core/v1 Event `ns/name` agree with the `events.k8s.io` Event `ns/name` (called by the store,
@@ -211,7 +220,7 @@ mod tests {
 
     #[test]
     fn the_store_keeps_the_core_view_in_step() {
-        let store = Store::new(100);
+        let store = Store::new(100).after_write(after_store_write);
         let (core, events) = (core_gr(), events_gr());
         let written = store
             .create(&events, "kyma-system", "btpoperator.1", recorded())

@@ -1,5 +1,10 @@
-//! Test support: fault injection and the request log.
+//! Test support (the `testing` feature): fault injection and the request log.
 
+use crate::error::ApiError;
+use crate::request::RequestRecord;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -174,6 +179,27 @@ impl FaultInjector {
         })
     }
 
+    /// Before a request is handled: waits its simulated round trip, then answers it with an injected failure
+    /// if a rule says so (with `Retry-After` for 429s and 503s as configured).
+    pub(crate) async fn intercept(&self, verb: &str, resource: &str, user: &str) -> Option<Response> {
+        let delay = self.delay(verb, resource);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let code = self.check(verb, resource, user)?;
+        let retry_after = self.retry_after(code);
+        let mut error = fault_error(code);
+        if let Some(secs) = retry_after {
+            error = error.with_details(json!({ "retryAfterSeconds": secs }));
+        }
+        let mut r = error.into_response();
+        if let Some(secs) = retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        Some(r)
+    }
+
     /// Whether a watch that has sent `sent` events should be cut now.
     pub(crate) fn should_cut(&self, sent: usize) -> bool {
         self.with(|s| {
@@ -182,26 +208,15 @@ impl FaultInjector {
     }
 }
 
-/// One logged request.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct RequestRecord {
-    pub method: String,
-    /// Kubernetes verb (get, list, watch, create, update, patch, delete, deletecollection,
-    /// or `discovery` / `other`).
-    pub verb: String,
-    pub path: String,
-    pub query: String,
-    pub group: String,
-    pub resource: String,
-    pub subresource: String,
-    pub namespace: String,
-    pub name: String,
-    /// Who sent it: `system:admin` for the server's own token, else the user given to
-    /// `RunningApiServer::client_as` (empty when unauthenticated).
-    pub user: String,
-    pub code: u16,
-    /// Whether the request changed the store (a new resourceVersion was written).
-    pub changed: bool,
+fn fault_error(code: u16) -> ApiError {
+    match code {
+        409 => ApiError::new(409, "Conflict", "injected fault: conflict"),
+        429 => ApiError::new(429, "TooManyRequests", "injected fault: too many requests"),
+        503 => ApiError::new(503, "ServiceUnavailable", "injected fault: service unavailable"),
+        504 => ApiError::new(504, "Timeout", "injected fault: timeout"),
+        500 => ApiError::internal("injected fault"),
+        c => ApiError::new(c, "InternalError", "injected fault"),
+    }
 }
 
 /// The log of every request the server answered. Cheap to clone.

@@ -37,11 +37,7 @@ pub(crate) fn age(ts: &str) -> String {
     let Some(secs) = crate::util::parse_rfc3339(ts) else {
         return "<unknown>".into();
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let d = (now - secs).max(0);
+    let d = (jiff::Timestamp::now().as_second() - secs).max(0);
     match d {
         0..120 => format!("{d}s"),
         120..7200 => format!("{}m", d / 60),

@@ -1,30 +1,32 @@
 //! Label selectors (string syntax and `LabelSelector` objects) and field selectors.
+//!
+//! A label selector's equality and set-based requirements are kube's [`Selector`] (which also reads
+//! `LabelSelector` objects and matches labels); this module adds the query-string syntax, with its error
+//! messages, and the numeric requirements (`key>n`, `key<n`) that only that syntax has.
 
 use crate::util::{field_string, labels_of};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as LabelSelectorObject;
+use kube::core::{Expression, Selector, SelectorExt};
 use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
 
+/// One requirement of the query syntax.
 #[derive(Debug, Clone, PartialEq)]
-enum Op {
-    Eq(String),
-    Ne(String),
-    In(Vec<String>),
-    NotIn(Vec<String>),
-    Exists,
-    NotExists,
-    Gt(i64),
-    Lt(i64),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct Req {
-    key: String,
-    op: Op,
+enum Req {
+    /// Equality or set-based: kube's own.
+    Set(Expression),
+    /// `key>n`: the label is an integer greater than n.
+    Gt(String, i64),
+    /// `key<n`: the label is an integer less than n.
+    Lt(String, i64),
 }
 
 /// A parsed label selector. The empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LabelSelector {
-    reqs: Vec<Req>,
+    set: Selector,
+    /// (key, greater than or less than, n)
+    numeric: Vec<(String, std::cmp::Ordering, i64)>,
 }
 
 fn valid_key(k: &str) -> bool {
@@ -68,7 +70,7 @@ impl LabelSelector {
             return Err(format!("unbalanced parenthesis in selector {s:?}"));
         }
         parts.push(cur);
-        let mut reqs = vec![];
+        let mut selector = LabelSelector::default();
         for p in parts {
             let p = p.trim();
             if p.is_empty() {
@@ -77,68 +79,44 @@ impl LabelSelector {
                 }
                 return Err(format!("invalid selector {s:?}: empty requirement"));
             }
-            reqs.push(parse_req(p)?);
+            match parse_req(p)? {
+                Req::Set(e) => {
+                    selector.set.extend([e]);
+                }
+                Req::Gt(k, n) => selector.numeric.push((k, std::cmp::Ordering::Greater, n)),
+                Req::Lt(k, n) => selector.numeric.push((k, std::cmp::Ordering::Less, n)),
+            }
         }
-        Ok(LabelSelector { reqs })
+        Ok(selector)
     }
 
     /// From a `metav1.LabelSelector` JSON object (matchLabels + matchExpressions).
     pub fn from_object(v: &Value) -> Result<Self, String> {
-        let mut reqs = vec![];
         if v.is_null() {
-            return Ok(LabelSelector { reqs });
+            return Ok(LabelSelector::default());
         }
-        if let Some(ml) = v.get("matchLabels").and_then(Value::as_object) {
-            for (k, val) in ml {
-                reqs.push(Req {
-                    key: k.clone(),
-                    op: Op::Eq(val.as_str().unwrap_or_default().to_string()),
-                });
-            }
-        }
-        if let Some(me) = v.get("matchExpressions").and_then(Value::as_array) {
-            for e in me {
-                let key = e
-                    .get("key")
-                    .and_then(Value::as_str)
-                    .ok_or("matchExpressions[].key is required")?
-                    .to_string();
-                let vals: Vec<String> = e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
-                    .unwrap_or_default();
-                let op = match e.get("operator").and_then(Value::as_str) {
-                    Some("In") => Op::In(vals),
-                    Some("NotIn") => Op::NotIn(vals),
-                    Some("Exists") => Op::Exists,
-                    Some("DoesNotExist") => Op::NotExists,
-                    other => return Err(format!("invalid label selector operator {other:?}")),
-                };
-                reqs.push(Req { key, op });
-            }
-        }
-        Ok(LabelSelector { reqs })
+        let object: LabelSelectorObject =
+            serde_json::from_value(v.clone()).map_err(|e| format!("invalid label selector: {e}"))?;
+        let set = Selector::try_from(object).map_err(|e| format!("invalid label selector: {e}"))?;
+        Ok(LabelSelector { set, numeric: vec![] })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.reqs.is_empty()
+        self.set.selects_all() && self.numeric.is_empty()
     }
 
     pub fn matches_labels(&self, labels: &Map<String, Value>) -> bool {
-        self.reqs.iter().all(|r| {
-            let v = labels.get(&r.key).and_then(Value::as_str);
-            match &r.op {
-                Op::Eq(x) => v == Some(x.as_str()),
-                Op::Ne(x) => v != Some(x.as_str()),
-                Op::In(xs) => v.is_some_and(|v| xs.iter().any(|x| x == v)),
-                Op::NotIn(xs) => v.is_none_or(|v| !xs.iter().any(|x| x == v)),
-                Op::Exists => v.is_some(),
-                Op::NotExists => v.is_none(),
-                Op::Gt(n) => v.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-                Op::Lt(n) => v.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
-            }
-        })
+        let labels: BTreeMap<String, String> = labels
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect();
+        self.set.matches(&labels)
+            && self.numeric.iter().all(|(k, order, n)| {
+                labels
+                    .get(k)
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v.cmp(n) == *order)
+            })
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
@@ -146,13 +124,13 @@ impl LabelSelector {
     }
 }
 
-fn parse_values(s: &str) -> Result<Vec<String>, String> {
+fn parse_values(s: &str) -> Result<BTreeSet<String>, String> {
     let s = s.trim();
     let inner = s
         .strip_prefix('(')
         .and_then(|x| x.strip_suffix(')'))
         .ok_or_else(|| format!("expected '(' values ')' but found {s:?}"))?;
-    let vals: Vec<String> = inner
+    let vals: BTreeSet<String> = inner
         .split(',')
         .map(|x| x.trim().to_string())
         .filter(|x| !x.is_empty())
@@ -171,10 +149,7 @@ fn parse_req(p: &str) -> Result<Req, String> {
         if !valid_key(k) {
             return Err(format!("invalid label key {k:?}"));
         }
-        return Ok(Req {
-            key: k.into(),
-            op: Op::NotExists,
-        });
+        return Ok(Req::Set(Expression::DoesNotExist(k.into())));
     }
     // set-based: key in (..) / key notin (..)
     let words: Vec<&str> = p.splitn(2, char::is_whitespace).collect();
@@ -182,17 +157,11 @@ fn parse_req(p: &str) -> Result<Req, String> {
         let rest = words[1].trim_start();
         if let Some(v) = rest.strip_prefix("notin") {
             if valid_key(words[0]) {
-                return Ok(Req {
-                    key: words[0].into(),
-                    op: Op::NotIn(parse_values(v)?),
-                });
+                return Ok(Req::Set(Expression::NotIn(words[0].into(), parse_values(v)?)));
             }
         } else if let Some(v) = rest.strip_prefix("in") {
             if valid_key(words[0]) {
-                return Ok(Req {
-                    key: words[0].into(),
-                    op: Op::In(parse_values(v)?),
-                });
+                return Ok(Req::Set(Expression::In(words[0].into(), parse_values(v)?)));
             }
         }
     }
@@ -203,37 +172,33 @@ fn parse_req(p: &str) -> Result<Req, String> {
             if !valid_key(k) {
                 return Err(format!("invalid label key {k:?}"));
             }
-            let op = match kind {
+            return Ok(match kind {
                 0 | 1 => {
                     if !valid_value(v) {
                         return Err(format!("invalid label value: {v:?}"));
                     }
                     if kind == 0 {
-                        Op::Eq(v.into())
+                        Req::Set(Expression::Equal(k.into(), v.into()))
                     } else {
-                        Op::Ne(v.into())
+                        Req::Set(Expression::NotEqual(k.into(), v.into()))
                     }
                 }
                 _ => {
                     let n: i64 = v.parse().map_err(|_| format!("invalid integer value {v:?}"))?;
                     if kind == 2 {
-                        Op::Gt(n)
+                        Req::Gt(k.into(), n)
                     } else {
-                        Op::Lt(n)
+                        Req::Lt(k.into(), n)
                     }
                 }
-            };
-            return Ok(Req { key: k.into(), op });
+            });
         }
     }
     let k = p.trim();
     if !valid_key(k) {
         return Err(format!("invalid label key {k:?}"));
     }
-    Ok(Req {
-        key: k.into(),
-        op: Op::Exists,
-    })
+    Ok(Req::Set(Expression::Exists(k.into())))
 }
 
 /// A parsed field selector (`a.b=c,d!=e`). Any dotted path is accepted.
@@ -274,14 +239,6 @@ impl FieldSelector {
             (actual == *v) == *eq
         })
     }
-
-    /// The value of a `metadata.name=` requirement, if any.
-    pub fn exact_name(&self) -> Option<&str> {
-        self.reqs
-            .iter()
-            .find(|(k, eq, _)| k == "metadata.name" && *eq)
-            .map(|(_, _, v)| v.as_str())
-    }
 }
 
 #[cfg(test)]
@@ -315,6 +272,33 @@ mod tests {
         for bad in ["app in web", "a=(", "=x", "app in (a", "a=b c"] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn numeric_requirements_and_objects() {
+        let obj = o(json!({"app": "web", "replicas": "3"}));
+        for (s, want) in [
+            ("replicas>2", true),
+            ("replicas>3", false),
+            ("replicas<4", true),
+            ("app>1", false),
+        ] {
+            assert_eq!(LabelSelector::parse(s).unwrap().matches(&obj), want, "{s}");
+        }
+        assert!(LabelSelector::parse("replicas>x").is_err());
+        let object = |v: Value| LabelSelector::from_object(&v).unwrap().matches(&obj);
+        assert!(object(json!({})));
+        assert!(object(json!({"matchLabels": {"app": "web"}})));
+        assert!(!object(json!({"matchLabels": {"app": "db"}})));
+        assert!(object(
+            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]})
+        ));
+        assert!(object(
+            json!({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]})
+        ));
+        assert!(!object(json!({"matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]})));
+        assert!(LabelSelector::from_object(&json!({"matchExpressions": [{"key": "a", "operator": "Near"}]})).is_err());
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Listener (TLS, HTTP/1.1 + HTTP/2), authentication, routing and request logging.
 
-use crate::context::{ok_json, Ctx, State, Target};
+use crate::config::Config;
+use crate::context::{ok_json, Ctx, Query, State, Target};
 use crate::error::{ApiError, Error};
-use crate::faults::{FaultInjector, RequestLog, RequestRecord};
+use crate::handle::RunningApiServer;
 use crate::registry::Registry;
+use crate::request::RequestRecord;
 use crate::store::Store;
-use crate::{Config, RunningApiServer};
+use crate::webhook_client::WebhookClient;
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,7 +16,24 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
+/// Entry point: `ApiServer::start(Config::default()).await`.
+pub struct ApiServer;
+
+impl ApiServer {
+    /// Generates certificates, binds the listener and starts serving.
+    ///
+    /// A boxed future, so that the server's code (its handlers and HTTP stack, spawned from this future) is
+    /// compiled once, in this crate: an `async fn` would be compiled again into every test, benchmark and
+    /// binary that awaits it. Awaiting it is the same.
+    pub fn start(config: Config) -> StartFuture {
+        Box::pin(start(config))
+    }
+}
+
+/// What [`ApiServer::start`] returns.
+pub type StartFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunningApiServer, Error>> + Send>>;
+
+async fn start(config: Config) -> Result<RunningApiServer, Error> {
     let certs = crate::tls::generate(&[])?;
     let tls_cfg = Arc::new(crate::tls::server_config(&certs)?);
     let listener = tokio::net::TcpListener::bind(config.bind).await?;
@@ -26,20 +45,22 @@ pub(crate) async fn start(config: Config) -> Result<RunningApiServer, Error> {
     };
     let (sd_tx, sd_rx) = tokio::sync::watch::channel(false);
     let state = Arc::new(State {
-        store: Store::new(config.history),
+        // events.k8s.io Events are also core/v1 Events: the store has `events` keep the two in line.
+        store: Store::new(config.history).after_write(crate::events::after_store_write),
         registry: Registry::new(),
         token,
         users: std::sync::RwLock::new(HashMap::new()),
-        faults: FaultInjector::default(),
-        log: RequestLog::default(),
-        service_map: std::sync::RwLock::new(config.service_map.clone()),
+        #[cfg(feature = "testing")]
+        faults: Default::default(),
+        #[cfg(feature = "testing")]
+        log: Default::default(),
+        webhooks: WebhookClient::new(config.service_map.clone()),
         bookmark_interval: config.bookmark_interval,
         namespace_termination_delay: config.namespace_termination_delay,
         version: config.version,
         addr,
         shutdown: sd_rx.clone(),
         active_watches: std::sync::atomic::AtomicUsize::new(0),
-        webhook_connections: Default::default(),
     });
     for ns in ["default", "kube-system", "kube-public"] {
         crate::handlers::bootstrap_namespace(&state, ns);
@@ -206,18 +227,7 @@ fn verb(method: &Method, named: bool, watch: bool) -> &'static str {
     }
 }
 
-fn fault_error(code: u16) -> ApiError {
-    match code {
-        409 => ApiError::new(409, "Conflict", "injected fault: conflict"),
-        429 => ApiError::new(429, "TooManyRequests", "injected fault: too many requests"),
-        503 => ApiError::new(503, "ServiceUnavailable", "injected fault: service unavailable"),
-        504 => ApiError::new(504, "Timeout", "injected fault: timeout"),
-        500 => ApiError::internal("injected fault"),
-        c => ApiError::new(c, "InternalError", "injected fault"),
-    }
-}
-
-pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
+async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -237,6 +247,7 @@ pub(crate) async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
     };
     let resp = dispatch_inner(&st, req, &mut rec).await;
     rec.code = resp.status().as_u16();
+    #[cfg(feature = "testing")]
     st.log.push(rec);
     resp
 }
@@ -253,7 +264,7 @@ fn served_group_version(st: &State, path: &str) -> bool {
 
 /// Fill `rec` from the path of a request for a resource the server does not serve:
 /// `/api/v1/...` or `/apis/<group>/<version>/...`, then `[namespaces/<ns>/]<resource>[/<name>[/<sub>]]`.
-fn describe_unknown(method: &Method, path: &str, q: &crate::context::Query, rec: &mut RequestRecord) {
+fn describe_unknown(method: &Method, path: &str, q: &Query, rec: &mut RequestRecord) {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, rest) = match parts.as_slice() {
         ["api", _version, rest @ ..] => ("", rest),
@@ -334,22 +345,9 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     rec.subresource = t.sub.clone().unwrap_or_default();
     rec.namespace = t.namespace.clone().unwrap_or_default();
     rec.name = t.name.clone().unwrap_or_default();
-    // A simulated round trip (FaultInjector::add_latency), before anything is decided or written.
-    let delay = st.faults.delay(verb, &t.def.plural);
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-    if let Some(code) = st.faults.check(verb, &t.def.plural, &rec.user) {
-        let retry_after = st.faults.retry_after(code);
-        let mut error = fault_error(code);
-        if let Some(secs) = retry_after {
-            error = error.with_details(json!({ "retryAfterSeconds": secs }));
-        }
-        let mut r = error.into_response();
-        if let Some(secs) = retry_after {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
-        }
+    // Injected latency and failures (test support), before anything is decided or written.
+    #[cfg(feature = "testing")]
+    if let Some(r) = st.faults.intercept(verb, &t.def.plural, &rec.user).await {
         return r;
     }
     let (parts, body) = req.into_parts();
@@ -382,62 +380,4 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
         }
     }
     resp
-}
-
-/// Marks a Deployment as rolled out: `Available=True`, `Progressing=True`, replica counts equal
-/// to `spec.replicas` and `observedGeneration = generation` (no pods run in the embedded server).
-pub async fn mark_deployment_available(client: &kube::Client, ns: &str, name: &str) -> Result<(), kube::Error> {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use kube::api::{Api, Patch, PatchParams};
-    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let d = api.get(name).await?;
-    let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let gen = d.metadata.generation.unwrap_or(1);
-    let now = crate::util::now_rfc3339();
-    let cond = |t: &str, reason: &str, msg: &str| {
-        json!({"type": t, "status": "True", "reason": reason, "message": msg,
-               "lastUpdateTime": now, "lastTransitionTime": now})
-    };
-    let status = json!({"status": {
-        "observedGeneration": gen, "replicas": replicas, "readyReplicas": replicas,
-        "availableReplicas": replicas, "updatedReplicas": replicas,
-        "conditions": [
-            cond("Available", "MinimumReplicasAvailable", "Deployment has minimum availability."),
-            cond("Progressing", "NewReplicaSetAvailable", &format!("ReplicaSet \"{name}\" has successfully progressed.")),
-        ]
-    }});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
-    Ok(())
-}
-
-/// Spawns a loop that keeps every Deployment marked available (see
-/// [`mark_deployment_available`]). Abort the returned handle to stop it.
-pub fn spawn_deployment_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        use futures::StreamExt;
-        use k8s_openapi::api::apps::v1::Deployment;
-        use kube::runtime::{watcher, WatchStreamExt};
-        let api: kube::Api<Deployment> = kube::Api::all(client.clone());
-        // backoff: after the server shuts down the loop must not spin
-        let mut s = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
-        while let Some(ev) = s.next().await {
-            let objs = match ev {
-                Ok(watcher::Event::Apply(d)) | Ok(watcher::Event::InitApply(d)) => vec![d],
-                _ => continue,
-            };
-            for d in objs {
-                let observed = d.status.as_ref().and_then(|s| s.observed_generation);
-                let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                let ready = d.status.as_ref().and_then(|s| s.ready_replicas);
-                if observed == d.metadata.generation && ready == Some(want) {
-                    continue;
-                }
-                let (Some(ns), Some(name)) = (d.metadata.namespace.as_deref(), d.metadata.name.as_deref()) else {
-                    continue;
-                };
-                let _ = mark_deployment_available(&client, ns, name).await;
-            }
-        }
-    })
 }

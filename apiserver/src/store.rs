@@ -48,9 +48,13 @@ struct Inner {
     cap: usize,
 }
 
+/// Called after every write, outside the store's lock: (store, resource, namespace, name).
+pub type AfterWrite = fn(&Store, &Gr, &str, &str);
+
 pub struct Store {
     inner: Mutex<Inner>,
     notify: tokio::sync::watch::Sender<u64>,
+    after_write: Option<AfterWrite>,
 }
 
 /// The object already exists.
@@ -76,6 +80,20 @@ impl Store {
                 cap: history.max(1),
             }),
             notify: tx,
+            after_write: None,
+        }
+    }
+
+    /// The store with `hook` called after every write (the server keeps the core/v1 view of
+    /// `events.k8s.io` Events with it).
+    pub fn after_write(mut self, hook: AfterWrite) -> Self {
+        self.after_write = Some(hook);
+        self
+    }
+
+    fn written(&self, gr: &Gr, ns: &str, name: &str) {
+        if let Some(hook) = self.after_write {
+            hook(self, gr, ns, name);
         }
     }
 
@@ -226,10 +244,7 @@ impl Store {
             );
         }
         self.notify.send_replace(rv);
-        // events.k8s.io Events are also core/v1 Events (see `crate::events`).
-        if crate::events::is_events_v1(gr) {
-            crate::events::after_write(self, ns, name);
-        }
+        self.written(gr, ns, name);
         Ok(out)
     }
 
@@ -263,10 +278,7 @@ impl Store {
             );
         }
         self.notify.send_replace(rv);
-        // events.k8s.io Events are also core/v1 Events (see `crate::events`).
-        if crate::events::is_events_v1(gr) {
-            crate::events::after_write(self, ns, name);
-        }
+        self.written(gr, ns, name);
         Cas::Ok(out)
     }
 
@@ -306,10 +318,7 @@ impl Store {
             );
         }
         self.notify.send_replace(rv);
-        // events.k8s.io Events are also core/v1 Events (see `crate::events`).
-        if crate::events::is_events_v1(gr) {
-            crate::events::after_write(self, ns, name);
-        }
+        self.written(gr, ns, name);
         Cas::Ok(out)
     }
 

@@ -1,63 +1,22 @@
 //! Small helpers: time formatting, random identifiers, name validation, JSON access.
 
 use serde_json::{Map, Value};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Current time as RFC 3339 with second precision, e.g. `2024-05-01T12:00:00Z`.
 pub fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    format_rfc3339(secs)
+    format_rfc3339(jiff::Timestamp::now().as_second())
 }
 
-/// Formats unix seconds as RFC 3339 (UTC).
+/// Formats unix seconds as RFC 3339 (UTC), e.g. `2024-05-01T12:00:00Z` (the Unix epoch if out of range).
 pub fn format_rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
-    // civil_from_days (Howard Hinnant)
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if mo <= 2 { y + 1 } else { y };
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
+    jiff::Timestamp::from_second(secs)
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+        .to_string()
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into unix seconds.
+/// Parses RFC 3339 (`YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`) into unix seconds (the fraction dropped).
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
-        return None;
-    }
-    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
-    let (h, mi, se) = (n(11..13)?, n(14..16)?, n(17..19)?);
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let mut secs = days * 86_400 + h * 3600 + mi * 60 + se;
-    let tz = s
-        .get(19..)?
-        .trim_start_matches(|c: char| c == '.' || c.is_ascii_digit());
-    if let Some(off) = tz.strip_prefix('+').or_else(|| tz.strip_prefix('-')) {
-        let oh: i64 = off.get(0..2)?.parse().ok()?;
-        let om: i64 = off.get(3..5)?.parse().ok()?;
-        let o = oh * 3600 + om * 60;
-        secs += if tz.starts_with('+') { -o } else { o };
-    }
-    Some(secs)
+    s.parse::<jiff::Timestamp>().ok().map(jiff::Timestamp::as_second)
 }
 
 /// Random bytes from the OS (falls back to fastrand if the OS source fails).

@@ -72,7 +72,7 @@ impl W {
 
     fn bookmark(&self, initial_end: bool) -> Bytes {
         let mut meta = json!({"resourceVersion": self.cursor.to_string()});
-        if self.st.version == crate::KubeVersion::V1_24 {
+        if self.st.version == crate::config::KubeVersion::V1_24 {
             // 1.24 encoded the empty creationTimestamp of a bookmark's object as null
             meta["creationTimestamp"] = Value::Null;
         }
@@ -175,6 +175,8 @@ impl W {
 async fn step(mut w: W) -> Option<(Result<Bytes, Infallible>, W)> {
     loop {
         if let Some(b) = w.pending.pop_front() {
+            // A cut watch (test support: `FaultInjector::cut_watches_after`).
+            #[cfg(feature = "testing")]
             if w.st.faults.should_cut(w.sent) {
                 return None;
             }
@@ -231,7 +233,9 @@ pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
     let rv_param = ctx.q.get("resourceVersion").cloned().unwrap_or_default();
     let send_initial = crate::util::query_bool(&ctx.q, "sendInitialEvents");
     let bookmarks = crate::util::query_bool(&ctx.q, "allowWatchBookmarks");
-    if ctx.st.version == crate::KubeVersion::V1_24 && ctx.q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty()) {
+    if ctx.st.version == crate::config::KubeVersion::V1_24
+        && ctx.q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty())
+    {
         // 1.24 has no streaming lists: resourceVersionMatch is refused on a watch
         let mut causes = vec![crate::schema::Cause {
             field: "resourceVersionMatch".into(),
@@ -295,7 +299,7 @@ pub(crate) fn watch(ctx: &mut Ctx) -> ApiResult<Response> {
         w.pending.extend(lines);
         // Newer servers end the initial events of any watch that allows bookmarks with the
         // `k8s.io/initial-events-end` bookmark (1.24 only for streaming lists, which it does not have).
-        if send_initial || (bookmarks && ctx.st.version != crate::KubeVersion::V1_24) {
+        if send_initial || (bookmarks && ctx.st.version != crate::config::KubeVersion::V1_24) {
             let b = w.bookmark(true);
             w.pending.push_back(b);
         }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 
 /// Spawns a loop that keeps every Deployment's Pods in step with it (see the module documentation) and
-/// every Deployment marked available ([`crate::mark_deployment_available`]). Abort the handle to stop it.
+/// every Deployment marked available ([`mark_deployment_available`]). Abort the handle to stop it.
 pub fn spawn_workload_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
     tokio::spawn(run(client))
 }
@@ -165,7 +165,7 @@ async fn sync(client: &kube::Client, d: &Deployment) -> Result<(), kube::Error> 
     let observed = d.status.as_ref().and_then(|s| s.observed_generation);
     let ready = d.status.as_ref().and_then(|s| s.ready_replicas);
     if observed != d.metadata.generation || ready != d.spec.as_ref().and_then(|s| s.replicas).or(Some(1)) {
-        crate::mark_deployment_available(client, &ns, &name).await?;
+        mark_deployment_available(client, &ns, &name).await?;
     }
     Ok(())
 }
@@ -180,7 +180,7 @@ async fn create_pod(pods: &Api<Pod>, d: &Deployment, hash: &str) -> Result<(), k
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
     labels.insert(POD_TEMPLATE_HASH_LABEL.into(), hash.into());
-    let name = format!("{}-{hash}-{}", d.name_any(), suffix());
+    let name = format!("{}-{hash}-{}", d.name_any(), crate::util::name_suffix());
     let pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -219,12 +219,58 @@ async fn create_pod(pods: &Api<Pod>, d: &Deployment, hash: &str) -> Result<(), k
     }
 }
 
-/// Five characters as a ReplicaSet's pod names end with.
-fn suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    (0..5)
-        .map(|_| char::from(ALPHABET[fastrand::usize(..ALPHABET.len())]))
-        .collect()
+/// Marks a Deployment as rolled out: `Available=True`, `Progressing=True`, replica counts equal
+/// to `spec.replicas` and `observedGeneration = generation` (no pods run in the embedded server).
+pub async fn mark_deployment_available(client: &kube::Client, ns: &str, name: &str) -> Result<(), kube::Error> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = api.get(name).await?;
+    let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let gen = d.metadata.generation.unwrap_or(1);
+    let now = crate::util::now_rfc3339();
+    let cond = |t: &str, reason: &str, msg: &str| {
+        json!({"type": t, "status": "True", "reason": reason, "message": msg,
+               "lastUpdateTime": now, "lastTransitionTime": now})
+    };
+    let status = json!({"status": {
+        "observedGeneration": gen, "replicas": replicas, "readyReplicas": replicas,
+        "availableReplicas": replicas, "updatedReplicas": replicas,
+        "conditions": [
+            cond("Available", "MinimumReplicasAvailable", "Deployment has minimum availability."),
+            cond("Progressing", "NewReplicaSetAvailable", &format!("ReplicaSet \"{name}\" has successfully progressed.")),
+        ]
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+/// The Deployment stand-in of tests (`testing`): a loop that keeps every Deployment marked available (see
+/// [`mark_deployment_available`]), without Pods. Abort the returned handle to stop it.
+#[cfg(feature = "testing")]
+pub fn spawn_deployment_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<Deployment> = Api::all(client.clone());
+        // backoff: after the server shuts down the loop must not spin
+        let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+        while let Some(ev) = s.next().await {
+            let objs = match ev {
+                Ok(watcher::Event::Apply(d)) | Ok(watcher::Event::InitApply(d)) => vec![d],
+                _ => continue,
+            };
+            for d in objs {
+                let observed = d.status.as_ref().and_then(|s| s.observed_generation);
+                let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let ready = d.status.as_ref().and_then(|s| s.ready_replicas);
+                if observed == d.metadata.generation && ready == Some(want) {
+                    continue;
+                }
+                let (Some(ns), Some(name)) = (d.metadata.namespace.as_deref(), d.metadata.name.as_deref()) else {
+                    continue;
+                };
+                let _ = mark_deployment_available(&client, ns, name).await;
+            }
+        }
+    })
 }
 
 #[cfg(test)]

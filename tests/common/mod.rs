@@ -183,7 +183,7 @@ impl Env {
                 btp_apiserver::spawn_workload_controller(client.clone());
                 operand::spawn_operand_starts(client.clone());
             } else {
-                btp_apiserver::spawn_deployment_controller(client.clone());
+                btp_apiserver::testing::spawn_deployment_controller(client.clone());
             }
         }
         let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile).await;
@@ -262,7 +262,7 @@ impl Env {
     }
 
     /// The embedded server's request log (None on a real cluster).
-    pub fn request_log(&self) -> Option<btp_apiserver::RequestLog> {
+    pub fn request_log(&self) -> Option<btp_apiserver::testing::RequestLog> {
         match &self.backend {
             Backend::Embedded(server) => Some(server.request_log()),
             Backend::Cluster { .. } => None,

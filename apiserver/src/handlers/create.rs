@@ -1,7 +1,17 @@
 //! CREATE.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::delete::collect_if_dangling;
+use super::shared::{
+    after_write, check_body_type, check_namespace, crd_schema, defaults, drop_unknown_to_version, parse_body,
+    prune_unknown, tracks_generation, validate_match_conditions, validate_name, validate_schema,
+};
+use crate::context::{ok_json, Ctx};
+use crate::error::{ApiError, ApiResult};
+use crate::render::present;
+use crate::util::{meta_mut, now_rfc3339};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{json, Value};
 
 pub(crate) async fn create(ctx: &mut Ctx) -> ApiResult<Response> {
     if ctx.t.name.is_some() || ctx.t.sub.is_some() {

@@ -1,7 +1,16 @@
 //! DELETE, DELETE collection, finalizers, garbage collection and the namespace lifecycle.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::read::obj_key;
+use super::shared::MAX_RETRIES;
+use crate::context::{crd_gr, ns_gr, ok_json, Ctx, State};
+use crate::error::{ApiError, ApiResult};
+use crate::render::{present, selectors};
+use crate::store::{Cas, Gr};
+use crate::util::{finalizers_of, meta_mut, meta_str, name_of, now_rfc3339, query_bool, rv_of};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Garbage collection: dependents of a removed owner are deleted (background propagation) or,
 /// when they have other owners or the delete asked to orphan them, lose the owner reference.

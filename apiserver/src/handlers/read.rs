@@ -1,7 +1,13 @@
 //! GET and LIST.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use crate::context::{ok_json, Ctx};
+use crate::error::{ApiError, ApiResult};
+use crate::render::{present, selectors, table, table_columns, wants_table};
+use crate::util::{meta_str, name_of};
+use axum::http::StatusCode;
+use axum::response::Response;
+use base64::Engine;
+use serde_json::{json, Value};
 
 pub(crate) fn get(ctx: &mut Ctx) -> ApiResult<Response> {
     if ctx.t.sub.as_deref() == Some("finalize") {

@@ -1,7 +1,14 @@
 //! The Deployment `scale` subresource.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::shared::{parse_body, MAX_RETRIES};
+use super::update::{commit_update, prepare_update};
+use crate::context::{ok_json, Ctx};
+use crate::error::{ApiError, ApiResult};
+use crate::patch::{apply_patch, PatchKind};
+use crate::util::{meta_str, rv_of};
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use serde_json::{json, Value};
 
 /// The `autoscaling/v1` Scale view of a Deployment.
 pub(crate) fn scale_of(obj: &Value) -> Value {

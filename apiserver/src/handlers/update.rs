@@ -1,7 +1,22 @@
 //! UPDATE and PATCH (merge, JSON, strategic, server-side apply).
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::create::create_object;
+use super::delete::after_remove;
+use super::shared::{
+    after_write, check_apply_schema, check_body_type, check_typed_patch, crd_schema, defaults, drop_unknown_to_version,
+    parse_body, prune_unknown, spec_part, strip_volatile, tracks_generation, validate_match_conditions,
+    validate_schema, MAX_RETRIES,
+};
+use crate::context::{ok_json, Ctx, State, Target};
+use crate::error::{ApiError, ApiResult};
+use crate::patch::{apply_patch, PatchKind};
+use crate::render::present;
+use crate::store::Cas;
+use crate::util::{finalizers_of, meta_mut, meta_str, name_of, now_rfc3339, query_bool, rv_of};
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Builds the object to store for an update of `old` with `body` (status separation,
 /// immutable metadata, generation, defaults, managedFields).
@@ -203,7 +218,7 @@ fn check_patch_options(ctx: &Ctx, kind: PatchKind) -> ApiResult<()> {
         ));
     }
     if manager.len() > 128 {
-        let msg = if ctx.st.version == crate::KubeVersion::V1_24 {
+        let msg = if ctx.st.version == crate::config::KubeVersion::V1_24 {
             "Too long: must have at most 128 bytes"
         } else {
             "Too long: may not be more than 128 bytes"
@@ -221,7 +236,7 @@ fn rewrites_unchanged_apply(ctx: &Ctx) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.starts_with("application/apply-patch"));
-    ctx.st.version == crate::KubeVersion::V1_24
+    ctx.st.version == crate::config::KubeVersion::V1_24
         && apply
         && ctx.t.def.group == "admissionregistration.k8s.io"
         && matches!(
@@ -232,7 +247,7 @@ fn rewrites_unchanged_apply(ctx: &Ctx) -> bool {
 
 /// 1.24 stamped an applier's managedFields entry with the time of every apply, changed or not.
 fn stamp_apply_time_1_24(st: &State, mut obj: Value, manager: &str, sub: Option<&str>) -> Value {
-    if st.version != crate::KubeVersion::V1_24 {
+    if st.version != crate::config::KubeVersion::V1_24 {
         return obj;
     }
     let now = now_rfc3339();
@@ -330,7 +345,7 @@ pub(crate) async fn update(ctx: &mut Ctx) -> ApiResult<Response> {
             &p,
             &name,
             "metadata.resourceVersion",
-            if ctx.st.version == crate::KubeVersion::V1_24 {
+            if ctx.st.version == crate::config::KubeVersion::V1_24 {
                 "Invalid value: 0x0: must be specified for an update"
             } else {
                 "Invalid value: 0: must be specified for an update"
@@ -428,7 +443,7 @@ pub(crate) async fn apply(ctx: &mut Ctx, name: &str) -> ApiResult<Response> {
     let av = applied.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let k = applied.get("kind").and_then(Value::as_str).unwrap_or("");
     if av != ctx.api_version() || k != ctx.t.def.kind {
-        if ctx.st.version == crate::KubeVersion::V1_24 {
+        if ctx.st.version == crate::config::KubeVersion::V1_24 {
             // 1.24's wording for the same refusals
             if av != ctx.api_version() {
                 return Err(ApiError::bad_request(format!(

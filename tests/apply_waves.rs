@@ -141,6 +141,49 @@ async fn a_cold_install_writes_what_must_come_first_first_and_the_rest_alongside
     env.stop().await;
 }
 
+/// The finalizer is in place before anything of the operand is written (a CR deleted meanwhile must not
+/// leave an operand behind); the first status (`Processing/Initialized`) goes beside the apply, not before it.
+#[tokio::test]
+async fn the_finalizer_comes_before_the_apply_and_the_first_status_beside_it() {
+    let Some(env) = start().await else { return };
+    // The CR's writes (finalizer and status) answered late: an apply that did not wait for the finalizer
+    // would be answered before it; one that waited for the first status would be answered after it.
+    slow_by(&env, "btpoperators", Duration::from_millis(300));
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    let log = env.request_log().expect("request log").entries();
+    let manager = common::install::manager_user();
+    let ours: Vec<&RequestRecord> = log.iter().filter(|r| r.user == manager).collect();
+    let first = |pick: &dyn Fn(&RequestRecord) -> bool| ours.iter().position(|r| pick(r));
+    let is_apply = |r: &RequestRecord| r.verb == "patch" && r.subresource.is_empty() && r.resource != "btpoperators";
+    let finalizer = first(&|r| r.verb == "patch" && r.resource == "btpoperators" && r.subresource.is_empty());
+    let status = first(&|r| r.verb == "patch" && r.resource == "btpoperators" && r.subresource == "status");
+    let apply = first(&is_apply);
+    let order: Vec<String> = ours
+        .iter()
+        .filter(|r| r.verb == "patch")
+        .map(|r| format!("{} {} {}", r.resource, r.subresource, r.name))
+        .collect();
+    assert!(
+        finalizer.is_some() && status.is_some() && apply.is_some(),
+        "the finalizer, a status and an apply are in the log: {order:#?}"
+    );
+    assert!(
+        finalizer < apply,
+        "an operand write was answered before the finalizer: {order:#?}"
+    );
+    assert!(apply < status, "the apply waited for the first status: {order:#?}");
+    let applies_before_status = ours[..status.unwrap_or_default()]
+        .iter()
+        .filter(|r| is_apply(r))
+        .count();
+    assert!(
+        applies_before_status > 1,
+        "the apply's writes go on while the first status is written: {order:#?}"
+    );
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn the_first_failure_in_the_plans_order_is_reported_and_what_needs_the_failed_is_not_sent() {
     let Some(env) = start().await else { return };

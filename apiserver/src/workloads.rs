@@ -224,6 +224,13 @@ async fn create_pod(pods: &Api<Pod>, d: &Deployment, hash: &str) -> Result<(), k
 pub async fn mark_deployment_available(client: &kube::Client, ns: &str, name: &str) -> Result<(), kube::Error> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let d = api.get(name).await?;
+    patch_available(&api, &d).await
+}
+
+/// The status patch of [`mark_deployment_available`], for `d` as it was read or watched: one request, as a
+/// real Deployment controller writes it from its informer's cache.
+async fn patch_available(api: &Api<Deployment>, d: &Deployment) -> Result<(), kube::Error> {
+    let name = d.metadata.name.as_deref().unwrap_or_default();
     let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let gen = d.metadata.generation.unwrap_or(1);
     let now = crate::util::now_rfc3339();
@@ -264,10 +271,11 @@ pub fn spawn_deployment_controller(client: kube::Client) -> tokio::task::JoinHan
                 if observed == d.metadata.generation && ready == Some(want) {
                     continue;
                 }
-                let (Some(ns), Some(name)) = (d.metadata.namespace.as_deref(), d.metadata.name.as_deref()) else {
+                let Some(ns) = d.metadata.namespace.as_deref() else {
                     continue;
                 };
-                let _ = mark_deployment_available(&client, ns, name).await;
+                // From the watched object, without reading it again. A newer generation brings another event.
+                let _ = patch_available(&Api::namespaced(client.clone(), ns), &d).await;
             }
         }
     })

@@ -6,7 +6,6 @@ use super::cluster::Cluster;
 use super::context::Context;
 use super::converge::{converge, observe, Observation};
 use super::end::End;
-use super::error::ReconcileError;
 use super::readiness::{self, Wait};
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
@@ -18,31 +17,13 @@ use std::time::Instant;
 /// Provision a live, valid CR with the pass's `settings`.
 pub async fn run(ctx: &Context, settings: &Settings, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> End {
     let cluster = Cluster::new(ctx, settings);
-    let prelude = async {
-        // Before the first status, not beside it: the finalizer's patch of a CR without finalizers is
-        // guarded by the resourceVersion read (it must not replace a finalizer added meanwhile), and a
-        // status write beside it would change that version and fail it.
-        cluster.add_finalizer(cr).await?;
-        // A new CR is Initialized first. From Warning or Error there is no intermediate write: this pass's
-        // outcome replaces the status directly, so a reconcile triggered by our own status write cannot flap
-        // between Processing and the same Warning/Error.
-        if status.state().is_none() {
-            status.set(Outcome::new(Reason::Initialized, "Initialized")).await?;
-        }
-        Ok::<(), ReconcileError>(())
-    };
-    // The pass's first reads (the required Secret, credentials drift) do not depend on the finalizer or the
-    // first status: they go alongside. Nothing is written to the operand before the finalizer is in place,
-    // and what the reads found is acted on only after the first status.
-    let (prelude, observed) = futures::join!(prelude, observe(&cluster, cr));
-    if let Err(e) = prelude {
-        return End::Fail(e);
+    // The pass's first reads (the required Secret, credentials drift) do not depend on the finalizer: they go
+    // alongside. Nothing is written to the operand before the finalizer is in place.
+    let (finalizer, observed) = futures::join!(cluster.add_finalizer(cr), observe(&cluster, cr));
+    if let Err(e) = finalizer {
+        return e.into();
     }
-    let steps = async {
-        let observed = observed?;
-        steps(ctx, &cluster, cr, status, observed).await
-    };
-    match steps.await {
+    match steps(ctx, &cluster, cr, status, observed).await {
         Ok(end) => end,
         Err(end) => {
             if end.report().is_some() {
@@ -59,7 +40,7 @@ async fn steps(
     cluster: &Cluster<'_>,
     cr: &BtpOperator,
     status: &mut StatusWriter<'_>,
-    observed: Observation,
+    observed: Result<Observation, End>,
 ) -> Result<End, End> {
     let config = cluster.config();
     let was_ready = status.state() == Some(State::Ready);
@@ -72,7 +53,23 @@ async fn steps(
             Reason::ProvisioningFailed
         }
     };
-    let converged = converge(cluster, cr, observed, Some(status), failed(was_ready)).await?;
+    let converged = if status.state().is_none() {
+        // A new CR is Initialized first, beside the apply rather than before it (a round trip less on a cold
+        // install): the status and the operand's objects are different objects, and whatever the pass ends
+        // with is written after both. After the finalizer, not beside it: the finalizer's patch of a CR
+        // without finalizers is guarded by the resourceVersion read (it must not replace a finalizer added
+        // meanwhile), and a status write beside it would change that version and fail it. From Warning or
+        // Error there is no intermediate write: this pass's outcome replaces the status directly, so a
+        // reconcile triggered by our own status write cannot flap between Processing and the same
+        // Warning/Error. (The progress reports of `converge` are for a CR that was Ready: none here.)
+        let apply = async { converge(cluster, cr, observed?, None, failed(was_ready)).await };
+        let (initialized, converged) =
+            futures::join!(status.set(Outcome::new(Reason::Initialized, "Initialized")), apply);
+        initialized.map_err(End::from)?;
+        converged?
+    } else {
+        converge(cluster, cr, observed?, Some(status), failed(was_ready)).await?
+    };
 
     let deployment = converged.operand_deployment;
     let ready = deployment.as_ref().is_some_and(readiness::deployment_ready);

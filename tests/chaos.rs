@@ -28,11 +28,10 @@ mod common;
 use btp_api::{names, BtpOperator};
 use btp_apiserver::RunningApiServer;
 use btp_certs::operand::{self as operand_certs, keys, Decision};
-use btp_manager::cli::{Cli, Command, RunArgs};
+use btp_manager::cli::RunArgs;
 use btp_manager::config::Config;
 use btp_manager::manager::{self, manager_client, ManagerBuilder, Options};
 use btp_manager::reconciler::resources;
-use clap::Parser as _;
 use common::operand::{service_binding, service_instance, services};
 use common::*;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
@@ -301,10 +300,8 @@ struct UnderTest<'a> {
 impl UnderTest<'_> {
     fn args(&self) -> Box<RunArgs> {
         let port = self.webhook_port;
-        let cli = Cli::try_parse_from([
-            "btp-manager".to_string(),
-            "run".into(),
-            "--leader-elect".into(),
+        let args = common::run_args([
+            "--leader-elect".to_string(),
             "--leader-election-lease-duration=3s".into(),
             "--shutdown-drain-delay=0s".into(),
             "--metrics-bind-address=127.0.0.1:0".into(),
@@ -314,17 +311,11 @@ impl UnderTest<'_> {
             format!("--operand-image={IMAGE}"),
             format!("--resources-path={}", self.chart.display()),
             "--hard-delete-check-interval=200ms".into(),
-        ])
-        .expect("the chaos test's flags parse");
-        match cli.command {
-            Command::Run(args) => {
-                // The defaults: no periodic pass comes within a step's deadline.
-                assert!(args.reconciler.processing_state_requeue_interval >= PERIODIC);
-                assert!(args.reconciler.ready_state_requeue_interval >= PERIODIC);
-                args
-            }
-            _ => unreachable!("parsed `run`"),
-        }
+        ]);
+        // The defaults: no periodic pass comes within a step's deadline.
+        assert!(args.reconciler.processing_state_requeue_interval >= PERIODIC);
+        assert!(args.reconciler.ready_state_requeue_interval >= PERIODIC);
+        Box::new(args)
     }
 
     /// Start the manager; a start the faults break is retried, as a restarting pod would be.

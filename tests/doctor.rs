@@ -8,11 +8,9 @@ mod common;
 
 use btp_api::{names, BtpOperator};
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
-use btp_manager::cli::{Cli, Command};
 use btp_manager::doctor::{self, Check, Report, Target, Verdict};
 use btp_manager::manager::{self, manager_client, ManagerBuilder, Options};
 use btp_manager::shipped;
-use clap::Parser as _;
 use common::*;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -79,9 +77,7 @@ impl Cluster {
 
     /// The manager as `run --leader-elect` runs it, as its ServiceAccount, its webhooks reached by URL.
     async fn start_manager(&mut self) {
-        let cli = Cli::try_parse_from([
-            "btp-manager",
-            "run",
+        let args = common::run_args([
             "--leader-elect",
             "--operand-image",
             IMAGE,
@@ -91,11 +87,7 @@ impl Cluster {
             "127.0.0.1:0",
             "--health-probe-bind-address",
             "127.0.0.1:0",
-        ])
-        .unwrap();
-        let Command::Run(args) = cli.command else {
-            unreachable!("parsed run")
-        };
+        ]);
         let (term, term_rx) = watch::channel(false);
         let client = manager_client(self.server.kube_config_as(&shipped::manager_user(names::KYMA_SYSTEM)))
             .expect("the manager's client");

@@ -18,10 +18,8 @@ mod rbac;
 
 use btp_api::{names, Reason};
 use btp_apiserver::testing::RequestRecord;
-use btp_manager::cli;
 use btp_manager::config::Config;
 use btp_manager::manager::{self, ManagerBuilder, Options, Reach};
-use clap::Parser as _;
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -69,9 +67,7 @@ struct Manager {
 }
 
 async fn start_manager(env: &Env) -> Manager {
-    let cli = cli::Cli::try_parse_from([
-        "btp-manager".into(),
-        "run".into(),
+    let args = common::run_args([
         "--leader-elect".into(),
         "--operand-image".into(),
         IMAGE.into(),
@@ -83,11 +79,7 @@ async fn start_manager(env: &Env) -> Manager {
         "--metrics-bind-address=127.0.0.1:0".into(),
         "--health-probe-bind-address=127.0.0.1:0".into(),
         "--shutdown-drain-delay=0s".into(),
-    ])
-    .unwrap();
-    let cli::Command::Run(args) = cli.command else {
-        unreachable!("parsed a run command")
-    };
+    ]);
     let mut options = Options::run(&args);
     // Outside the cluster whatever the environment says: reached at https://127.0.0.1:<bound port>.
     options.webhooks.reach = Reach::Run {

@@ -346,11 +346,8 @@ async fn a_sustained_retry_after_cannot_hold_a_shutdown() {
 }
 
 fn run_args() -> btp_manager::cli::RunArgs {
-    use clap::Parser as _;
     let repo = |p: &str| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(p);
-    let cli = btp_manager::cli::Cli::try_parse_from([
-        "btp-manager".into(),
-        "run".into(),
+    common::run_args([
         "--leader-elect".into(),
         "--operand-image".into(),
         IMAGE.into(),
@@ -359,9 +356,4 @@ fn run_args() -> btp_manager::cli::RunArgs {
         "--manager-resources-path".into(),
         repo("manager-resources").into_os_string(),
     ])
-    .unwrap();
-    match cli.command {
-        btp_manager::cli::Command::Run(args) => *args,
-        _ => unreachable!("parsed a run command"),
-    }
 }

@@ -677,3 +677,22 @@ pub fn copy_chart(dir: &std::path::Path) {
     }
     std::fs::copy(source.join("chart-version"), dir.join("chart-version")).expect("copy chart-version");
 }
+
+/// The arguments of `btp-manager run <flags>`, parsed by the manager's own CLI (so a test runs the flags a user
+/// would type, with the defaults `run` has).
+pub fn run_args<I, S>(flags: I) -> btp_manager::cli::RunArgs
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser as _;
+    let argv: Vec<std::ffi::OsString> = ["btp-manager".into(), "run".into()]
+        .into_iter()
+        .chain(flags.into_iter().map(Into::into))
+        .collect();
+    let cli = btp_manager::cli::Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("`{argv:?}` does not parse: {e}"));
+    match cli.command {
+        btp_manager::cli::Command::Run(args) => *args,
+        _ => unreachable!("parsed `run`"),
+    }
+}

@@ -1,4 +1,5 @@
-//! Provisioning benchmark against the embedded API server (the manager in-process, real HTTPS).
+//! Provisioning benchmark against the embedded API server (the manager in-process as `run` runs it, its
+//! admission webhooks registered, real HTTPS).
 //!
 //! Prints:
 //! 1. time from creating `kyma-system/btpoperator` to `Ready`, with the Secret present and the operand
@@ -24,11 +25,11 @@ use btp_manager::config::Config;
 use btp_manager::manager::{ManagerBuilder, Options};
 use btp_manager::reconciler::{network_policies, resources, Context};
 use futures::StreamExt as _;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt as _};
-use prometheus_client::registry::Registry;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,13 +81,14 @@ impl Latency {
     }
 }
 
-/// A manager running in-process, its requests timed.
+/// A manager running in-process as `run` runs it, its requests timed.
 struct Manager {
     ctx: Arc<Context>,
-    registry: Registry,
+    /// Where it serves `/metrics`.
+    metrics: std::net::SocketAddr,
     timeline: timeline::Timeline,
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    term: tokio::sync::watch::Sender<bool>,
+    running: btp_manager::manager::Manager,
 }
 
 struct Setup {
@@ -134,19 +136,20 @@ async fn setup(config: Config, latency: Latency) -> Setup {
     }
 }
 
-/// Start a manager and wait until its watches are established (so that a CR created next is seen at once).
+/// Start a manager as `run` starts it (the reconciler, the probes, and its admission webhooks registered
+/// with the API server: as shipped, the mutating webhook puts the finalizer on a new CR), without leader
+/// election, and wait until its watches are established (so that a CR created next is seen at once).
 async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config) -> Manager {
     let timeline = timeline::Timeline::default();
     // The admin's identity: the embedded server enforces RBAC for every other user.
     let client = timeline.client(server.kube_config());
-    // Wired as `run` wires it, without leader election (the built-in module resources and network policies).
-    let (stop, term) = tokio::sync::watch::channel(false);
-    let reconciler = ManagerBuilder::new(client, Options::in_process(config, "example.test/operator:v1"))
+    let (term, term_rx) = tokio::sync::watch::channel(false);
+    let running = ManagerBuilder::new(client, Options::in_process(config, "example.test/operator:v1"))
         .expect("the manager's options")
-        .start_reconciler(term)
+        .start(term_rx)
         .await
-        .expect("the reconciler starts");
-    let (ctx, registry, task) = (reconciler.ctx, reconciler.registry, reconciler.task);
+        .expect("the manager starts");
+    let ctx = running.ctx.clone();
     let watching = |resource: &str| timeline.watching(&format!("/{resource}"));
     let deadline = Instant::now() + Duration::from_secs(30);
     while !(ctx.operand_secrets().is_some() && watching("btpoperators") && watching("deployments")) {
@@ -155,17 +158,36 @@ async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config)
     }
     Manager {
         ctx,
-        registry,
+        metrics: running.metrics_addr,
         timeline,
-        stop,
-        task,
+        term,
+        running,
     }
 }
 
 impl Manager {
     async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        let _ = self.term.send(true);
+        self.running.shut_down().await.expect("the manager shuts down");
+    }
+
+    /// What `/metrics` serves (plain HTTP/1.1 on loopback).
+    async fn metrics_text(&self) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(self.metrics)
+            .await
+            .expect("connect to /metrics");
+        let request = format!(
+            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.metrics
+        );
+        stream.write_all(request.as_bytes()).await.expect("ask for /metrics");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.expect("read /metrics");
+        response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -279,6 +301,16 @@ async fn warm(iters: usize, latency: Latency) -> Vec<Run> {
             manager,
         } = s;
         manager.stop().await;
+        // Its webhooks stopped with it (the configurations would refuse the delete below); the next manager
+        // registers them again.
+        Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .delete(names::webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
+            .await
+            .expect("remove the validating webhook configuration");
+        Api::<MutatingWebhookConfiguration>::all(client.clone())
+            .delete(names::webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
+            .await
+            .expect("remove the mutating webhook configuration");
         let patch = serde_json::json!({"metadata": {"finalizers": null}});
         crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -478,8 +510,7 @@ fn main() -> ExitCode {
             assert!(Instant::now() < deadline, "not Ready after the scenario");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &s.manager.registry).expect("encode metrics");
+        let text = s.manager.metrics_text().await;
         let sum = metric(&text, "controller_runtime_reconcile_time_seconds_sum{controller=\"btpoperator\"} ");
         let count = metric(&text, "controller_runtime_reconcile_time_seconds_count{controller=\"btpoperator\"} ");
         let errors = metric(&text, "controller_runtime_reconcile_total{controller=\"btpoperator\",result=\"error\"} ");

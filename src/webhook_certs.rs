@@ -15,7 +15,7 @@ use btp_api::names;
 use btp_certs::rotation::{self, Policy, Step, Stored};
 use btp_webhooks::manifests::{is_match_conditions_schema_error, WebhookManifests};
 use btp_webhooks::tls::SwappableCert;
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -255,8 +255,15 @@ impl WebhookCerts {
                 () = &mut shutdown => return,
                 () = tokio::time::sleep(wait) => {}
                 event = changes.next() => {
-                    if let Some(Err(e)) = event {
+                    // One round answers every change already here: a start lists three objects (nine events
+                    // with the list markers), and a round per event would read all three objects nine times.
+                    let drained = std::iter::from_fn(|| changes.next().now_or_never().flatten());
+                    let mut failed = false;
+                    for e in event.into_iter().chain(drained).filter_map(Result::err) {
                         tracing::debug!(error = %e, "webhook certificate Secret watch");
+                        failed = true;
+                    }
+                    if failed {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }

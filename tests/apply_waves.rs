@@ -184,6 +184,46 @@ async fn the_finalizer_comes_before_the_apply_and_the_first_status_beside_it() {
     env.stop().await;
 }
 
+/// As shipped, the mutating webhook adds the finalizer when the CR is created: nothing has to go before the
+/// first status then, and `Processing/Initialized` goes beside the pass's first reads, not after them.
+#[tokio::test]
+async fn a_cr_created_with_the_finalizer_is_initialized_beside_the_first_reads() {
+    let Some(env) = start().await else { return };
+    let server = env.server().expect("the embedded API server");
+    // A read of the first round answered late: a first status that waited for the reads would come after it.
+    server.faults().add_latency(LatencyRule {
+        latency: Duration::from_millis(300),
+        verb: Some("get".into()),
+        resource: Some("serviceaccounts".into()),
+    });
+    env.create_secret(common::credentials(), true).await;
+    let mut cr = btp_api::BtpOperator::new(names::BTP_OPERATOR_NAME);
+    cr.metadata.finalizers = Some(vec![names::FINALIZER.into()]);
+    env.crs(names::KYMA_SYSTEM)
+        .create(&kube::api::PostParams::default(), &cr)
+        .await
+        .expect("create the CR");
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    let log = env.request_log().expect("request log").entries();
+    let manager = common::install::manager_user();
+    let ours: Vec<&RequestRecord> = log.iter().filter(|r| r.user == manager).collect();
+    let order: Vec<String> = ours
+        .iter()
+        .map(|r| format!("{} {} {} {}", r.verb, r.resource, r.subresource, r.name))
+        .collect();
+    let position = |pick: &dyn Fn(&RequestRecord) -> bool| ours.iter().position(|r| pick(r));
+    assert_eq!(
+        position(&|r| r.verb == "patch" && r.resource == "btpoperators" && r.subresource.is_empty()),
+        None,
+        "the finalizer was there: no patch of the CR is needed: {order:#?}"
+    );
+    let status = position(&|r| r.resource == "btpoperators" && r.subresource == "status");
+    let read = position(&|r| r.verb == "get" && r.resource == "serviceaccounts");
+    assert!(status.is_some() && read.is_some(), "{order:#?}");
+    assert!(status < read, "the first status waited for the first reads: {order:#?}");
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn the_first_failure_in_the_plans_order_is_reported_and_what_needs_the_failed_is_not_sent() {
     let Some(env) = start().await else { return };

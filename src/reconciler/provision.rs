@@ -19,8 +19,17 @@ pub async fn run(ctx: &Context, settings: &Settings, cr: &BtpOperator, status: &
     let cluster = Cluster::new(ctx, settings);
     // The pass's first reads (the required Secret, credentials drift) do not depend on the finalizer: they go
     // alongside. Nothing is written to the operand before the finalizer is in place.
-    let (finalizer, observed) = futures::join!(cluster.add_finalizer(cr), observe(&cluster, cr));
-    if let Err(e) = finalizer {
+    let (first, observed) = if initialize_beside_reads(cr, status.state()) {
+        // As shipped, the mutating webhook added the finalizer when the CR was created: a new CR is
+        // Initialized at once, beside the reads (see `steps` for when it cannot be).
+        futures::join!(
+            status.set(Outcome::new(Reason::Initialized, "Initialized")),
+            observe(&cluster, cr)
+        )
+    } else {
+        futures::join!(cluster.add_finalizer(cr), observe(&cluster, cr))
+    };
+    if let Err(e) = first {
         return e.into();
     }
     match steps(ctx, &cluster, cr, status, observed).await {
@@ -33,6 +42,13 @@ pub async fn run(ctx: &Context, settings: &Settings, cr: &BtpOperator, status: &
             end
         }
     }
+}
+
+/// Whether a new CR's `Processing / Initialized` goes beside the pass's first reads: it has no `state` yet and
+/// already carries our finalizer (the mutating webhook adds it at creation), so no finalizer patch has to
+/// go first. Pure.
+pub fn initialize_beside_reads(cr: &BtpOperator, state: Option<State>) -> bool {
+    state.is_none() && cr.finalizers().iter().any(|f| f == btp_api::names::FINALIZER)
 }
 
 async fn steps(
@@ -54,7 +70,7 @@ async fn steps(
         }
     };
     let converged = if status.state().is_none() {
-        // A new CR is Initialized first, beside the apply rather than before it (a round trip less on a cold
+        // A new CR without our finalizer yet (no webhook added it) is Initialized first, beside the apply rather than before it (a round trip less on a cold
         // install): the status and the operand's objects are different objects, and whatever the pass ends
         // with is written after both. After the finalizer, not beside it: the finalizer's patch of a CR
         // without finalizers is guarded by the resourceVersion read (it must not replace a finalizer added

@@ -657,9 +657,13 @@ pub fn kubectl() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
 }
 
-/// A fresh, empty directory `btp-<name>-<pid>` in the temporary directory, for one test.
+/// A fresh, empty directory `btp-<name>-<pid>-<n>` in the temporary directory, for one test: `n` counts the
+/// calls of this process, so tests running side by side that ask for the same name (two Kubernetes versions
+/// of one scenario) never share one (they did, and one test's kubeconfig was removed under the other's kubectl).
 pub fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("btp-{name}-{}", std::process::id()));
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("btp-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     dir

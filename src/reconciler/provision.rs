@@ -70,9 +70,10 @@ async fn steps(
         }
     };
     let converged = if status.state().is_none() {
-        // A new CR without our finalizer yet (no webhook added it) is Initialized first, beside the apply rather than before it (a round trip less on a cold
-        // install): the status and the operand's objects are different objects, and whatever the pass ends
-        // with is written after both. After the finalizer, not beside it: the finalizer's patch of a CR
+        // A new CR that came without our finalizer (no webhook added it) is Initialized first, beside the
+        // apply rather than before it (a round trip less on a cold install): the status and the operand's
+        // objects are different objects, and whatever the pass ends with is written after both. After the
+        // finalizer, not beside it: the finalizer's patch of a CR
         // without finalizers is guarded by the resourceVersion read (it must not replace a finalizer added
         // meanwhile), and a status write beside it would change that version and fail it. From Warning or
         // Error there is no intermediate write: this pass's outcome replaces the status directly, so a

@@ -15,6 +15,8 @@
 //! Run: `cargo bench -p btp-manager --bench provisioning`. With `BTP_BENCH_SUMMARY` set, the figures are
 //! also appended to that file for `scripts/bench`'s table.
 
+#[path = "support/metrics.rs"]
+mod metrics;
 #[path = "support/summary.rs"]
 mod summary;
 #[path = "support/timeline.rs"]
@@ -169,25 +171,6 @@ impl Manager {
     async fn stop(self) {
         let _ = self.term.send(true);
         self.running.shut_down().await.expect("the manager shuts down");
-    }
-
-    /// What `/metrics` serves (plain HTTP/1.1 on loopback).
-    async fn metrics_text(&self) -> String {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let mut stream = tokio::net::TcpStream::connect(self.metrics)
-            .await
-            .expect("connect to /metrics");
-        let request = format!(
-            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.metrics
-        );
-        stream.write_all(request.as_bytes()).await.expect("ask for /metrics");
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.expect("read /metrics");
-        response
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_string())
-            .unwrap_or_default()
     }
 }
 
@@ -510,7 +493,7 @@ fn main() -> ExitCode {
             assert!(Instant::now() < deadline, "not Ready after the scenario");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let text = s.manager.metrics_text().await;
+        let text = metrics::text(s.manager.metrics).await;
         let sum = metric(&text, "controller_runtime_reconcile_time_seconds_sum{controller=\"btpoperator\"} ");
         let count = metric(&text, "controller_runtime_reconcile_time_seconds_count{controller=\"btpoperator\"} ");
         let errors = metric(&text, "controller_runtime_reconcile_total{controller=\"btpoperator\",result=\"error\"} ");

@@ -4,6 +4,7 @@
 
 #[path = "../../tests/common/eventually.rs"]
 mod eventually;
+pub mod metrics;
 #[path = "../../tests/common/install.rs"]
 mod shipped;
 pub mod summary;
@@ -96,18 +97,9 @@ impl Manager {
             .map_or(f64::NAN, |kb| kb / 1024.0)
     }
 
-    /// Its `/metrics` text (plain HTTP/1.0 GET; empty when it cannot be read).
+    /// Its `/metrics` text ([`metrics::text`]).
     pub async fn metrics_text(&self) -> String {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let Ok(mut stream) = tokio::net::TcpStream::connect(self.metrics).await else {
-            return String::new();
-        };
-        if stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.is_err() {
-            return String::new();
-        }
-        let mut body = String::new();
-        let _ = stream.read_to_string(&mut body).await;
-        body
+        metrics::text(self.metrics).await
     }
 }
 

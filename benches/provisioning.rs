@@ -154,8 +154,38 @@ async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config)
     let ctx = running.ctx.clone();
     let watching = |resource: &str| timeline.watching(&format!("/{resource}"));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !(ctx.operand_secrets().is_some() && watching("btpoperators") && watching("deployments")) {
+    let caches_ready = || ctx.caches().is_some_and(|c| c.ready());
+    while !(ctx.operand_secrets().is_some() && watching("btpoperators") && caches_ready()) {
         assert!(Instant::now() < deadline, "the manager's watches did not start");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Its webhooks registered, at its own address (a CR created before would go through none of them, or
+    // through a configuration left by the manager before it).
+    let at = format!(":{}/", running.webhook_addr.port());
+    let admin = server.client().await;
+    loop {
+        let mutating = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+            .get_opt(names::webhook::MUTATING_CONFIGURATION)
+            .await
+            .expect("read the mutating webhook configuration");
+        let validating = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .get_opt(names::webhook::VALIDATING_CONFIGURATION)
+            .await
+            .expect("read the validating webhook configuration");
+        let points_here = |v: Option<serde_json::Value>| {
+            v.and_then(|v| {
+                v["webhooks"][0]["clientConfig"]["url"]
+                    .as_str()
+                    .map(|u| u.contains(&at))
+            })
+            .unwrap_or(false)
+        };
+        if points_here(mutating.and_then(|m| serde_json::to_value(m).ok()))
+            && points_here(validating.and_then(|v| serde_json::to_value(v).ok()))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the manager's webhooks were not registered");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Manager {

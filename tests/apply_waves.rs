@@ -185,17 +185,21 @@ async fn the_finalizer_comes_before_the_apply_and_the_first_status_beside_it() {
 }
 
 /// As shipped, the mutating webhook adds the finalizer when the CR is created: nothing has to go before the
-/// first status then, and `Processing/Initialized` goes beside the pass's first reads, not after them.
+/// first status then, and `Processing/Initialized` goes beside the pass's first reads and writes, not after
+/// them.
 #[tokio::test]
-async fn a_cr_created_with_the_finalizer_is_initialized_beside_the_first_reads() {
+async fn a_cr_created_with_the_finalizer_is_initialized_beside_the_first_reads_and_writes() {
     let Some(env) = start().await else { return };
     let server = env.server().expect("the embedded API server");
-    // A read of the first round answered late: a first status that waited for the reads would come after it.
-    server.faults().add_latency(LatencyRule {
-        latency: Duration::from_millis(300),
-        verb: Some("get".into()),
-        resource: Some("serviceaccounts".into()),
-    });
+    // The ServiceAccount answered late, read (when no cache answers) or written: a first status that waited
+    // for the reads or the apply would come after it.
+    for verb in ["get", "patch"] {
+        server.faults().add_latency(LatencyRule {
+            latency: Duration::from_millis(300),
+            verb: Some(verb.into()),
+            resource: Some("serviceaccounts".into()),
+        });
+    }
     env.create_secret(common::credentials(), true).await;
     let mut cr = btp_api::BtpOperator::new(names::BTP_OPERATOR_NAME);
     cr.metadata.finalizers = Some(vec![names::FINALIZER.into()]);
@@ -218,9 +222,12 @@ async fn a_cr_created_with_the_finalizer_is_initialized_beside_the_first_reads()
         "the finalizer was there: no patch of the CR is needed: {order:#?}"
     );
     let status = position(&|r| r.resource == "btpoperators" && r.subresource == "status");
-    let read = position(&|r| r.verb == "get" && r.resource == "serviceaccounts");
-    assert!(status.is_some() && read.is_some(), "{order:#?}");
-    assert!(status < read, "the first status waited for the first reads: {order:#?}");
+    let service_account = position(&|r| r.resource == "serviceaccounts" && (r.verb == "get" || r.verb == "patch"));
+    assert!(status.is_some() && service_account.is_some(), "{order:#?}");
+    assert!(
+        status < service_account,
+        "the first status waited for the first reads or writes: {order:#?}"
+    );
     env.stop().await;
 }
 

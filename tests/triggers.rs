@@ -44,6 +44,9 @@ fn fail_manager(server: &RunningApiServer, code: u16, verb: Option<&str>, resour
     });
 }
 
+/// The operand's metrics Service (chart v0.11.10).
+const METRICS_SERVICE: &str = "sap-btp-operator-controller-manager-metrics-service";
+
 /// Change a label of the CR: a trigger the gate does not filter (a pass starts at once).
 async fn touch(env: &Env, n: u32) {
     env.patch_cr(serde_json::json!({"metadata": {"labels": {"touched": n.to_string()}}}))
@@ -108,18 +111,35 @@ async fn a_secret_change_during_an_early_pass_is_not_lost() {
 
     fail_passes(&env, server, 6).await;
     assert!(env.ctx.backing_off(), "the retry is tens of seconds away");
-    // The next pass reads the Secret, then stalls on the operand ConfigMap (429, Retry-After 1 s).
+    // The next pass reads the Secret, then stalls on restoring the operand's metrics Service (429,
+    // Retry-After 1 s), deleted while the retry is pending (a change the gate defers to the retry).
     let mark = server.request_log().len();
     server.faults().clear();
-    fail_manager(server, 429, Some("get"), Some("configmaps"));
+    fail_manager(server, 429, Some("patch"), Some("services"));
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    services
+        .delete(METRICS_SERVICE, &Default::default())
+        .await
+        .expect("delete the metrics Service");
+    eventually(
+        Duration::from_secs(10),
+        "the manager's cache sees the Service gone",
+        || async {
+            env.ctx
+                .caches()
+                .and_then(|c| c.object("v1", "Service", Some(names::KYMA_SYSTEM), METRICS_SERVICE, false))
+                == Some(None)
+        },
+    )
+    .await;
     // Removing the annotation is a CR change: the pass starts at once, while the retry is still pending.
     env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}}))
         .await;
     wait_for_request(
         server,
         mark,
-        "the pass read the Secret and stalls on the ConfigMap",
-        |r| r.resource == "configmaps" && r.code == 429,
+        "the pass read the Secret and stalls on the Service",
+        |r| r.resource == "services" && r.code == 429,
     )
     .await;
     env.patch_secret(serde_json::json!({"stringData": {"cluster_id": "cluster-2"}}))
@@ -280,7 +300,7 @@ async fn a_sustained_retry_after_cannot_hold_a_pass() {
     env.create_secret_and_cr().await;
     env.wait_cr(Reason::ReconcileSucceeded, 20).await;
 
-    for (n, code) in [(1, 503), (2, 429)] {
+    for code in [503, 429] {
         // The pass that wrote Ready records its success only after its status write returns: wait for it, then
         // for the failure itself (a count of passes taken before it would be one short).
         eventually(Duration::from_secs(10), "the last success is recorded", || async {
@@ -290,7 +310,9 @@ async fn a_sustained_retry_after_cannot_hold_a_pass() {
         server.faults().set_retry_after(Some(30));
         fail_manager(server, code, None, None);
         let started = Instant::now();
-        touch(&env, n).await;
+        // A pass with a request to make: the operation annotation is removed (reads come from caches).
+        env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}}))
+            .await;
         eventually(
             CALL_BUDGET,
             &format!("a pass under a sustained {code} fails"),

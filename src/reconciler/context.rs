@@ -59,6 +59,8 @@ struct Term {
     /// The credentials Secret (`namespace`, `name`, and the store of the watch on it) that
     /// `controller::run` keeps: a pass reads it without a request.
     required_secret: RwLock<Option<(String, String, Store<Secret>)>>,
+    /// The watch-fed copies passes read (`controller::run` starts them with the term).
+    caches: RwLock<Option<Arc<super::cache::Caches>>>,
 }
 
 impl Term {
@@ -71,6 +73,7 @@ impl Term {
             passes: std::sync::atomic::AtomicU64::new(0),
             operand_secrets: RwLock::new(None),
             required_secret: RwLock::new(None),
+            caches: RwLock::new(None),
         }
     }
 }
@@ -154,6 +157,16 @@ impl Context {
     /// The settings of this term as they change: a receiver that has seen the current snapshot.
     pub fn watch_settings(&self) -> watch::Receiver<Arc<Settings>> {
         self.term().settings.subscribe()
+    }
+
+    /// Read through `caches` from now on (see [`super::cache`]).
+    pub fn set_caches(&self, caches: Arc<super::cache::Caches>) {
+        write(&self.term().caches, Some(caches));
+    }
+
+    /// This term's caches, once started (a pass without them reads from the API server).
+    pub fn caches(&self) -> Option<Arc<super::cache::Caches>> {
+        read(&self.term().caches)
     }
 
     /// Keep the operand Secrets in `store` from now on (see [`Context::operand_secrets`]).

@@ -3,16 +3,12 @@
 
 use super::context::Context;
 use super::error::ReconcileError;
-use super::network_policies;
 use crate::config::{self, Config, Settings};
 use crate::tasks::BoxedFuture;
 use crate::watch_backoff::WatchBackoff;
 use btp_api::{names, BtpOperator};
 use futures::StreamExt as _;
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -238,42 +234,21 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
             })
         }
     });
+    // The copies passes read (super::cache), started before the first pass.
+    let (caches, changes, keep_caches) = super::cache::start(&client, &config.chart_namespace);
+    ctx.set_caches(caches);
+    let _caches = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_caches));
+    let module_changes = changes.filter_map({
+        let wake = waker(&ctx);
+        move |()| std::future::ready(wake(()))
+    });
     let controller = Controller::for_stream(crs, reader)
         // The secondary watches share one backoff (kube's default would stretch every pause to 30 s).
         .trigger_backoff(WatchBackoff::default())
         .reconcile_on(required_secret)
-        .watches(
-            Api::<Deployment>::namespaced(client.clone(), &config.chart_namespace),
-            by_name(&config.deployment_name),
-            waker(&ctx),
-        )
-        // Everything we put in the chart namespace (cert Secrets, the operand Secret): edits are reverted.
-        .watches(
-            Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
-            watcher::Config::default().labels(&format!(
-                "{}={}",
-                names::MANAGED_BY_LABEL,
-                names::MANAGED_BY_BTP_MANAGER
-            )),
-            waker(&ctx),
-        )
-        // Our network policies: edits and deletions are reverted.
-        .watches(
-            Api::<NetworkPolicy>::namespaced(client.clone(), &config.chart_namespace),
-            watcher::Config::default().labels(&network_policies::managed_selector()),
-            waker(&ctx),
-        )
-        // The operand's webhook configurations: a changed caBundle is put back at once.
-        .watches(
-            Api::<MutatingWebhookConfiguration>::all(client.clone()),
-            by_name(btp_certs::operand::MUTATING_WEBHOOK_CONFIGURATION),
-            waker(&ctx),
-        )
-        .watches(
-            Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-            by_name(btp_certs::operand::VALIDATING_WEBHOOK_CONFIGURATION),
-            waker(&ctx),
-        )
+        // Every change the caches take (the module's objects, the network policies of the chart
+        // namespace): edits and deletions are reverted, a Deployment that becomes available is seen.
+        .reconcile_on(module_changes)
         .reconcile_on(triggered)
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))

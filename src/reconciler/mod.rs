@@ -19,6 +19,7 @@
 //!
 //! This file only declares and re-exports: nothing here is imported from below.
 
+pub mod cache;
 pub mod cluster;
 pub mod context;
 pub mod controller;

@@ -17,22 +17,20 @@ use std::time::Instant;
 /// Provision a live, valid CR with the pass's `settings`.
 pub async fn run(ctx: &Context, settings: &Settings, cr: &BtpOperator, status: &mut StatusWriter<'_>) -> End {
     let cluster = Cluster::new(ctx, settings);
-    // The pass's first reads (the required Secret, credentials drift) do not depend on the finalizer: they go
-    // alongside. Nothing is written to the operand before the finalizer is in place.
-    let (first, observed) = if initialize_beside_reads(cr, status.state()) {
-        // As shipped, the mutating webhook added the finalizer when the CR was created: a new CR is
-        // Initialized at once, beside the reads (see `steps` for when it cannot be).
-        futures::join!(
-            status.set(Outcome::new(Reason::Initialized, "Initialized")),
-            observe(&cluster, cr)
-        )
+    let outcome = if has_finalizer(cr) {
+        // As shipped, the mutating webhook added the finalizer when the CR was created: nothing goes before
+        // the reads, and a new CR's `Initialized` goes beside them and the apply (see `steps`).
+        steps(ctx, &cluster, cr, status, observe(&cluster, cr)).await
     } else {
-        futures::join!(cluster.add_finalizer(cr), observe(&cluster, cr))
+        // The pass's first reads do not depend on the finalizer: they go alongside. Nothing is written to
+        // the operand before the finalizer is in place.
+        let (first, observed) = futures::join!(cluster.add_finalizer(cr), observe(&cluster, cr));
+        if let Err(e) = first {
+            return e.into();
+        }
+        steps(ctx, &cluster, cr, status, std::future::ready(observed)).await
     };
-    if let Err(e) = first {
-        return e.into();
-    }
-    match steps(ctx, &cluster, cr, status, observed).await {
+    match outcome {
         Ok(end) => end,
         Err(end) => {
             if end.report().is_some() {
@@ -44,11 +42,10 @@ pub async fn run(ctx: &Context, settings: &Settings, cr: &BtpOperator, status: &
     }
 }
 
-/// Whether a new CR's `Processing / Initialized` goes beside the pass's first reads: it has no `state` yet and
-/// already carries our finalizer (the mutating webhook adds it at creation), so no finalizer patch has to
-/// go first. Pure.
-pub fn initialize_beside_reads(cr: &BtpOperator, state: Option<State>) -> bool {
-    state.is_none() && cr.finalizers().iter().any(|f| f == btp_api::names::FINALIZER)
+/// Whether the CR already carries our finalizer (the mutating webhook adds it at creation): then no
+/// finalizer patch has to go before the pass's first write. Pure.
+pub fn has_finalizer(cr: &BtpOperator) -> bool {
+    cr.finalizers().iter().any(|f| f == btp_api::names::FINALIZER)
 }
 
 async fn steps(
@@ -56,7 +53,7 @@ async fn steps(
     cluster: &Cluster<'_>,
     cr: &BtpOperator,
     status: &mut StatusWriter<'_>,
-    observed: Result<Observation, End>,
+    observed: impl std::future::Future<Output = Result<Observation, End>>,
 ) -> Result<End, End> {
     let config = cluster.config();
     let was_ready = status.state() == Some(State::Ready);
@@ -70,22 +67,23 @@ async fn steps(
         }
     };
     let converged = if status.state().is_none() {
-        // A new CR that came without our finalizer (no webhook added it) is Initialized first, beside the
-        // apply rather than before it (a round trip less on a cold install): the status and the operand's
-        // objects are different objects, and whatever the pass ends with is written after both. After the
-        // finalizer, not beside it: the finalizer's patch of a CR
-        // without finalizers is guarded by the resourceVersion read (it must not replace a finalizer added
-        // meanwhile), and a status write beside it would change that version and fail it. From Warning or
+        // A new CR is Initialized beside its reads (when it came with our finalizer) and the apply, rather
+        // than before them (a round trip less on a cold install): the status and the operand's objects are
+        // different objects, and whatever the pass ends with is written after both. A CR that came without
+        // the finalizer (no webhook added it) has it added first, and the status after it, not beside it:
+        // the finalizer's patch of a CR without finalizers is guarded by the resourceVersion read (it must
+        // not replace a finalizer added meanwhile), and a status write beside it would change that version
+        // and fail it. From Warning or
         // Error there is no intermediate write: this pass's outcome replaces the status directly, so a
         // reconcile triggered by our own status write cannot flap between Processing and the same
         // Warning/Error. (The progress reports of `converge` are for a CR that was Ready: none here.)
-        let apply = async { converge(cluster, cr, observed?, None, failed(was_ready)).await };
+        let apply = async { converge(cluster, cr, observed.await?, None, failed(was_ready)).await };
         let (initialized, converged) =
             futures::join!(status.set(Outcome::new(Reason::Initialized, "Initialized")), apply);
         initialized.map_err(End::from)?;
         converged?
     } else {
-        converge(cluster, cr, observed?, Some(status), failed(was_ready)).await?
+        converge(cluster, cr, observed.await?, Some(status), failed(was_ready)).await?
     };
 
     let deployment = converged.operand_deployment;

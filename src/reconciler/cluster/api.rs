@@ -83,6 +83,15 @@ impl<'a> Cluster<'a> {
         )
     }
 
+    /// Tell the caches that this pass deleted `kind` `namespace`/`name`: until a store shows it gone, it is
+    /// read from the API server.
+    pub(super) fn deleted(&self, kind: &str, namespace: &str, name: &str) {
+        if let Some(caches) = self.ctx.caches() {
+            let namespace = (!resources::is_cluster_scoped(kind)).then(|| namespace.to_string());
+            caches.saw((kind.to_string(), namespace, name.to_string()), None);
+        }
+    }
+
     /// Add our finalizer to the CR unless present. Appending never drops a finalizer someone else adds
     /// concurrently; when the CR has none, the write is guarded by the resourceVersion read.
     pub async fn add_finalizer(&self, cr: &BtpOperator) -> Result<(), ApiError> {

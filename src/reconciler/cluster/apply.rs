@@ -134,8 +134,11 @@ impl Cluster<'_> {
         let everything: Vec<Value> = targets.iter().chain(&outdated).chain([&legacy]).cloned().collect();
         // Owned items: a closure over borrowed ones would not be general enough for the controller's `Send`
         // future.
-        let mut reads = futures::stream::iter(everything)
-            .map(|t| async move { self.read(&t).await })
+        let certain = targets.len();
+        let mut reads = futures::stream::iter(everything.into_iter().enumerate())
+            // The outdated objects and the legacy policy are deleted only when they exist: their absence
+            // must hold for objects without our label too.
+            .map(|(i, t)| async move { self.read(&t, i >= certain).await })
             .buffered(waves::CONCURRENCY)
             .collect::<Vec<_>>()
             .await
@@ -208,12 +211,18 @@ impl Cluster<'_> {
                 async {
                     match legacy_policy {
                         true => {
-                            self.delete_ignoring_not_found(
-                                &legacy,
-                                network_policies::LEGACY_POLICY,
-                                "the legacy network policy",
-                            )
-                            .await
+                            let deleted = self
+                                .delete_ignoring_not_found(
+                                    &legacy,
+                                    network_policies::LEGACY_POLICY,
+                                    "the legacy network policy",
+                                )
+                                .await;
+                            if deleted.is_ok() {
+                                let ns = &self.config.chart_namespace;
+                                self.deleted("NetworkPolicy", ns, network_policies::LEGACY_POLICY);
+                            }
+                            deleted
                         }
                         false => Ok(()),
                     }
@@ -354,12 +363,27 @@ impl Cluster<'_> {
     /// The object `target` names as it is now (None when absent), as JSON.
     /// A 404 is absence, also when it is the resource type that does not exist (an instance of a CRD the
     /// same apply creates: the API server answers `404 page not found`, not a NotFound Status).
-    async fn read(&self, target: &Value) -> Result<Option<Value>, ApiError> {
+    async fn read(&self, target: &Value, certain_absence: bool) -> Result<Option<Value>, ApiError> {
+        let caches = self.ctx.caches();
+        let (api_version, kind, ns, name) = resources::identity(target);
+        let ns = ns.filter(|_| !resources::is_cluster_scoped(&kind));
+        if let Some(cached) = caches
+            .as_ref()
+            .and_then(|c| c.object(&api_version, &kind, ns.as_deref(), &name, certain_absence))
+        {
+            return Ok(cached);
+        }
         let (api, name) = self.dynamic_api(target);
         let live = match retrying(|| api.get_opt(&name)).await {
             Err(kube::Error::Api(s)) if s.code == 404 => None,
             read => read.map_err(api_err(format!("reading {} {name}", waves::kind_of(target))))?,
         };
+        if let Some(caches) = caches {
+            caches.read_again(
+                &key(target),
+                live.as_ref().and_then(|l| l.metadata.resource_version.clone()),
+            );
+        }
         Ok(live.and_then(|l| serde_json::to_value(l).ok()))
     }
 
@@ -368,8 +392,12 @@ impl Cluster<'_> {
         let (api, name) = self.dynamic_api(obj);
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         let patch = Patch::Apply(obj);
-        retrying(|| api.patch(&name, &params, &patch))
-            .await
+        let applied = retrying(|| api.patch(&name, &params, &patch)).await;
+        if let (Ok(applied), Some(caches)) = (&applied, self.ctx.caches()) {
+            // Read from the API server until the store shows this write.
+            caches.saw(key(obj), applied.metadata.resource_version.clone());
+        }
+        applied
             .map(|applied| (key(obj), serde_json::to_value(applied).ok()))
             .map_err(api_err(format!("applying {} {name}", waves::kind_of(obj))))
     }
@@ -385,7 +413,12 @@ impl Cluster<'_> {
                 let deleted = retrying(|| api.delete(&name, &params))
                     .await
                     .map_err(api_err(format!("deleting outdated {kind} {name}")));
-                ignoring_not_found(deleted).err()
+                let deleted = ignoring_not_found(deleted);
+                if deleted.is_ok() {
+                    let (_, kind, ns, name) = resources::identity(&obj);
+                    self.deleted(&kind, ns.as_deref().unwrap_or_default(), &name);
+                }
+                deleted.err()
             })
             .buffered(waves::CONCURRENCY)
             .filter_map(|e| async move { e })
@@ -405,7 +438,12 @@ impl Cluster<'_> {
         let delete_params = DeleteParams::default();
         retrying(|| api.delete_collection(&delete_params, &params))
             .await
-            .map(|_| ())
+            .map(|_| {
+                // Gone, as far as this pass knows: the caches must not answer from copies of them.
+                if let Some(caches) = self.ctx.caches() {
+                    caches.removed("NetworkPolicy");
+                }
+            })
             .map_err(api_err("removing network policies"))
     }
 

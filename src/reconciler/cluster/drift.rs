@@ -88,10 +88,38 @@ impl Cluster<'_> {
             Api::<Pod>::namespaced(self.client(), &self.config.chart_namespace),
             ListParams::default().labels(&selector),
         );
+        // Before the apply, from the caches where they can answer; after it (`clusterid_namespace` given),
+        // from the API server: what the apply and the drift actions just changed.
+        let caches = self.ctx.caches().filter(|_| clusterid_namespace.is_none());
+        let chart_namespace = self.config.chart_namespace.as_str();
         let (configmap, clusterid, pods) = futures::join!(
-            retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP)),
-            retrying(|| secrets.get_opt(drift::CLUSTER_ID_SECRET)),
-            retrying(|| pods.list(&params)),
+            async {
+                let cached = caches.as_ref().and_then(|c| {
+                    c.object(
+                        "v1",
+                        "ConfigMap",
+                        Some(chart_namespace),
+                        drift::OPERAND_CONFIGMAP,
+                        false,
+                    )
+                });
+                match cached {
+                    Some(cm) => Ok(cm.and_then(|v| serde_json::from_value::<ConfigMap>(v).ok())),
+                    None => retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP)).await,
+                }
+            },
+            async {
+                match caches.as_ref().and_then(|c| c.clusterid_secret(&namespace)) {
+                    Some(secret) => Ok(secret),
+                    None => retrying(|| secrets.get_opt(drift::CLUSTER_ID_SECRET)).await,
+                }
+            },
+            async {
+                match caches.as_ref().and_then(|c| c.operand_pods(chart_namespace)) {
+                    Some(items) => Ok(items),
+                    None => retrying(|| pods.list(&params)).await.map(|l| l.items),
+                }
+            },
         );
         let configmap = configmap
             .map_err(api_err(format!("reading ConfigMap {}", drift::OPERAND_CONFIGMAP)))
@@ -122,7 +150,7 @@ impl Cluster<'_> {
         let pods = pods
             .map_err(api_err("listing operand pods"))
             .map_err(retry(Reason::ResourceRemovalFailed))?;
-        let pod = pods.items.into_iter().find(|p| {
+        let pod = pods.into_iter().find(|p| {
             drift::is_operand_pod(
                 &p.name_any(),
                 p.namespace().as_deref().unwrap_or_default(),
@@ -179,12 +207,14 @@ impl Cluster<'_> {
             )
             .await
             .map_err(retry(Reason::DeletionOfOrphanedResourcesFailed))?;
+            self.deleted("Secret", ns, drift::CLUSTER_ID_SECRET);
         }
         if let (true, Some(pod)) = (actions.delete_operand_pod, &seen.pod) {
             let api: Api<Pod> = Api::namespaced(self.client(), &self.config.chart_namespace);
             self.delete_ignoring_not_found(&api, pod, &format!("the operand pod {pod}"))
                 .await
                 .map_err(retry(Reason::ResourceRemovalFailed))?;
+            self.deleted("Pod", &self.config.chart_namespace, pod);
         }
         if let Some(ns) = &actions.delete_old_operand_secret_in {
             let api: Api<Secret> = Api::namespaced(self.client(), ns);

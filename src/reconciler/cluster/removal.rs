@@ -63,6 +63,7 @@ impl Cluster<'_> {
         let deployments: Api<Deployment> = Api::namespaced(self.client(), &self.config.chart_namespace);
         self.delete_ignoring_not_found(&deployments, &self.config.deployment_name, "the operand Deployment")
             .await?;
+        self.deleted("Deployment", &self.config.chart_namespace, &self.config.deployment_name);
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client());
         self.delete_ignoring_not_found(
             &mutating,
@@ -70,13 +71,24 @@ impl Cluster<'_> {
             "the operand's MutatingWebhookConfiguration",
         )
         .await?;
+        self.deleted(
+            "MutatingWebhookConfiguration",
+            "",
+            btp_certs::operand::MUTATING_WEBHOOK_CONFIGURATION,
+        );
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client());
         self.delete_ignoring_not_found(
             &validating,
             btp_certs::operand::VALIDATING_WEBHOOK_CONFIGURATION,
             "the operand's ValidatingWebhookConfiguration",
         )
-        .await
+        .await?;
+        self.deleted(
+            "ValidatingWebhookConfiguration",
+            "",
+            btp_certs::operand::VALIDATING_WEBHOOK_CONFIGURATION,
+        );
+        Ok(())
     }
 
     /// Remove every module resource (both modes of deprovisioning). `credentials_namespace` is the one the
@@ -123,6 +135,13 @@ impl Cluster<'_> {
             if let Err(e) = tolerated(removed) {
                 failures.push(e);
             }
+        }
+        if let Some(caches) = self.ctx.caches() {
+            // Gone, as far as this pass knows (a CR created next must not be applied from copies of them).
+            for (_, kind) in module_kinds(module) {
+                caches.removed(&kind);
+            }
+            caches.removed("Secret");
         }
         if let Err(e) = tolerated(self.remove_network_policies().await) {
             failures.push(e);

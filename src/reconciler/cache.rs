@@ -1,0 +1,559 @@
+//! Watch-fed copies of what a pass reads (docs/behaviour.md#caches), as the Go manager reads through its
+//! informer cache: the module's objects of the kinds in [`CACHED`], the operand's cluster-ID Secrets and
+//! its pods. A pass that finds what it needs here sends no read: a steady-state pass sends no request at
+//! all, and a cold or warm install saves the round trip of its reads.
+//!
+//! Three rules keep a copy from deciding wrongly:
+//! - a store answers only once its first list is done, and only for what its watch sees: the module's
+//!   objects by the label every applied object carries (one without it reads as absent, and the apply
+//!   writes it again, with the label), the network policies of the chart namespace all of them (the
+//!   legacy policy has no label of ours), the cluster-ID Secrets by name;
+//! - what this process wrote or deleted itself is not read from a store that has not caught up with it
+//!   ([`trust`]): until the store shows the same resourceVersion (or the same absence), the object is read
+//!   from the API server, as before there were stores;
+//! - every change a store takes brings a pass (the stores of [`CACHED`] are the controller's triggers), so a
+//!   pass that decided from a copy a moment old runs again with the change.
+//!
+//! Kinds outside [`CACHED`] (custom resources in a module, `delete/` objects whose absence must be certain)
+//! are read from the API server.
+
+use btp_api::names;
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::{store::Writer, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt as _};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The kinds whose module objects are kept in a store (`apiVersion`, kind): those the manager's
+/// ClusterRole may list and watch (deploy/rbac.yaml).
+pub const CACHED: [(&str, &str); 13] = [
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("apps/v1", "Deployment"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+];
+
+/// Which object: kind, namespace (None when cluster-scoped), name.
+pub type Key = (String, Option<String>, String);
+
+/// Whether a store's copy answers a read. Pure.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// The store answers; what was seen directly (if anything) is confirmed and can be forgotten.
+    Store,
+    /// The store has not caught up with what this process wrote or read directly: ask the API server.
+    Server,
+}
+
+/// Whether a store holding `stored` (the resourceVersion of its copy, None when it has none) answers for an
+/// object this process last saw directly as `direct` (None: nothing pending; `Some(None)`: absent, as
+/// after its delete; `Some(Some(rv))`: as its write or read answered). Resource versions are compared for
+/// equality only (they are opaque): a store that shows anything else may be behind or ahead, and only
+/// the API server can tell. Pure.
+pub fn trust(stored: Option<&str>, direct: Option<Option<&str>>) -> Trust {
+    match direct {
+        None => Trust::Store,
+        Some(seen) if seen == stored => Trust::Store,
+        Some(_) => Trust::Server,
+    }
+}
+
+/// One kind's store and what its watch sees.
+struct Watched {
+    api_version: &'static str,
+    kind: &'static str,
+    resource: ApiResource,
+    /// The namespace watched; None: cluster-wide.
+    namespace: Option<String>,
+    /// Whether the watch sees every object in its scope (not only those with our label): only then is an
+    /// absence certain for an object we did not label.
+    everything: bool,
+    store: Store<DynamicObject>,
+}
+
+/// The stores of one term (see the module documentation), and what this process saw directly.
+pub struct Caches {
+    objects: Vec<Watched>,
+    clusterid: Store<Secret>,
+    pods_namespace: String,
+    pods: Store<Pod>,
+    /// Objects this process wrote, deleted or read directly that a store had not shown yet: kind,
+    /// namespace, name → resourceVersion (None: absent).
+    direct: Mutex<HashMap<Key, Option<String>>>,
+}
+
+fn ready<K: kube::Resource + Clone>(store: &Store<K>) -> bool
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures::FutureExt as _;
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
+
+fn version(obj: &impl kube::Resource) -> Option<&str> {
+    obj.meta().resource_version.as_deref()
+}
+
+impl Caches {
+    fn direct(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Option<String>>> {
+        match self.direct.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Whether every store has finished its first list.
+    pub fn ready(&self) -> bool {
+        self.objects.iter().all(|w| ready(&w.store)) && ready(&self.clusterid) && ready(&self.pods)
+    }
+
+    /// Answer for `key` from `stored` (the store's copy) unless [`trust`] says to ask the API server.
+    fn answer<T>(&self, key: &Key, stored: Option<T>, rv: impl Fn(&T) -> Option<&str>) -> Option<Option<T>> {
+        let mut direct = self.direct();
+        let seen = direct.get(key).map(|d| d.as_deref());
+        match trust(stored.as_ref().and_then(&rv), seen) {
+            Trust::Store => {
+                direct.remove(key);
+                Some(stored)
+            }
+            Trust::Server => None,
+        }
+    }
+
+    /// The object `kind` `namespace`/`name` from its kind's store: `Some(None)` when absent, None when no
+    /// store can answer (its kind is not kept, the store has not listed yet or has not caught up with a
+    /// write of ours). `certain_absence`: an absence must hold for unlabelled objects too (a `delete/`
+    /// object).
+    pub fn object(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        certain_absence: bool,
+    ) -> Option<Option<Value>> {
+        let watched = self.objects.iter().find(|w| {
+            w.api_version == api_version
+                && w.kind == kind
+                && w.namespace.as_deref().is_none_or(|ns| Some(ns) == namespace)
+                && (w.everything || !certain_absence)
+        })?;
+        if !ready(&watched.store) {
+            return None;
+        }
+        let mut at = ObjectRef::new_with(name, watched.resource.clone());
+        if let (Some(ns), Some(_)) = (namespace, &watched.namespace) {
+            at = at.within(ns);
+        }
+        let key = (
+            kind.to_string(),
+            watched.namespace.as_ref().and(namespace.map(str::to_string)),
+            name.to_string(),
+        );
+        let stored = watched.store.get(&at);
+        let answer = self.answer(&key, stored, |o| version(o.as_ref()))?;
+        Some(answer.and_then(|o| serde_json::to_value(o.as_ref()).ok()))
+    }
+
+    /// The operand's cluster-ID Secret in `namespace` (see [`Caches::object`] for the answers).
+    pub fn clusterid_secret(&self, namespace: &str) -> Option<Option<Secret>> {
+        if !ready(&self.clusterid) {
+            return None;
+        }
+        let at = ObjectRef::new(crate::reconciler::drift::CLUSTER_ID_SECRET).within(namespace);
+        let key = (
+            "Secret".to_string(),
+            Some(namespace.to_string()),
+            crate::reconciler::drift::CLUSTER_ID_SECRET.to_string(),
+        );
+        let stored = self.clusterid.get(&at);
+        Some(
+            self.answer(&key, stored, |s| version(s.as_ref()))?
+                .map(|s| s.as_ref().clone()),
+        )
+    }
+
+    /// The operand's pods in `namespace`, unless a pod this process deleted is not yet gone from the store
+    /// (then None: list them).
+    pub fn operand_pods(&self, namespace: &str) -> Option<Vec<Pod>> {
+        if namespace != self.pods_namespace || !ready(&self.pods) {
+            return None;
+        }
+        let pods = self.pods.state();
+        let mut direct = self.direct();
+        let pending: Vec<Key> = direct.keys().filter(|(k, _, _)| k == "Pod").cloned().collect();
+        for key in pending {
+            let stored = pods.iter().find(|p| p.metadata.name.as_deref() == Some(key.2.as_str()));
+            let seen = direct.get(&key).map(|d| d.as_deref());
+            match trust(stored.and_then(|p| version(p.as_ref())), seen) {
+                Trust::Store => {
+                    direct.remove(&key);
+                }
+                Trust::Server => return None,
+            }
+        }
+        Some(pods.iter().map(|p| p.as_ref().clone()).collect())
+    }
+
+    /// Remember what this process saw of `key` directly: a write's answer (its resourceVersion), a delete
+    /// (None), or a read of the API server made while a store lagged.
+    pub fn saw(&self, key: Key, resource_version: Option<String>) {
+        self.direct().insert(key, resource_version);
+    }
+
+    /// Every object of `kind` the store holds was deleted (by a delete of the collection): until the store
+    /// shows each gone, it is read from the API server.
+    pub fn removed(&self, kind: &str) {
+        let mut direct = self.direct();
+        for watched in self.objects.iter().filter(|w| w.kind == kind) {
+            for obj in watched.store.state() {
+                let namespace = watched.namespace.as_ref().and(obj.metadata.namespace.clone());
+                let name = obj.metadata.name.clone().unwrap_or_default();
+                direct.insert((kind.to_string(), namespace, name), None);
+            }
+        }
+        if kind == "Secret" {
+            for secret in self.clusterid.state() {
+                let (namespace, name) = (secret.metadata.namespace.clone(), secret.metadata.name.clone());
+                direct.insert((kind.to_string(), namespace, name.unwrap_or_default()), None);
+            }
+        }
+    }
+
+    /// Like [`Caches::saw`] for a read, only when something is pending for `key` (a read of an object no
+    /// write of ours touched leaves nothing to wait for).
+    pub fn read_again(&self, key: &Key, resource_version: Option<String>) {
+        if let Some(seen) = self.direct().get_mut(key) {
+            *seen = resource_version;
+        }
+    }
+}
+
+/// A store and its watch for `api` seen through `config`; the stream yields once per change the store
+/// takes (for triggers).
+fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    what: &'static str,
+) -> impl Stream<Item = ()> + Send + 'static
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    watcher::watcher(api, config)
+        .backoff(crate::watch_backoff::WatchBackoff::default())
+        .reflect(writer)
+        .filter_map(move |event| {
+            std::future::ready(match event {
+                Ok(watcher::Event::Apply(_)) | Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => Some(()),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::debug!(error = %e, what, "cache watch");
+                    None
+                }
+            })
+        })
+}
+
+/// The stores of a term, for a manager whose chart namespace is `namespace`: the caches, a stream that
+/// yields once per change of a module object (the controller's trigger), and a future that keeps the
+/// cluster-ID Secret and pod stores (run it beside).
+pub fn start(
+    client: &kube::Client,
+    namespace: &str,
+) -> (
+    std::sync::Arc<Caches>,
+    impl Stream<Item = ()> + Send + 'static,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let labelled = format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY_BTP_MANAGER);
+    let mut objects = Vec::new();
+    let mut triggers = Vec::new();
+    for (api_version, kind) in CACHED {
+        let resource = crate::reconciler::cluster::api_resource(api_version, kind);
+        let cluster_scoped = crate::reconciler::resources::is_cluster_scoped(kind);
+        // The chart namespace's network policies, all of them: the legacy policy has no label of ours.
+        let everything = kind == "NetworkPolicy";
+        let api = if cluster_scoped {
+            Api::<DynamicObject>::all_with(client.clone(), &resource)
+        } else {
+            Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource)
+        };
+        let config = match everything {
+            true => watcher::Config::default(),
+            false => watcher::Config::default().labels(&labelled),
+        };
+        let writer = Writer::new(resource.clone());
+        let store = writer.as_reader();
+        triggers.push(reflect(api, config, writer, kind).boxed());
+        objects.push(Watched {
+            api_version,
+            kind,
+            resource,
+            namespace: (!cluster_scoped).then(|| namespace.to_string()),
+            everything,
+            store,
+        });
+    }
+    let clusterid_writer = Writer::<Secret>::default();
+    let clusterid = clusterid_writer.as_reader();
+    let clusterid_watch = reflect(
+        Api::<Secret>::all(client.clone()),
+        watcher::Config::default().fields(&format!(
+            "metadata.name={}",
+            crate::reconciler::drift::CLUSTER_ID_SECRET
+        )),
+        clusterid_writer,
+        "cluster-ID Secrets",
+    );
+    let pods_writer = Writer::<Pod>::default();
+    let pods = pods_writer.as_reader();
+    let pods_watch = reflect(
+        Api::<Pod>::namespaced(client.clone(), namespace),
+        watcher::Config::default().labels(&format!(
+            "{}={}",
+            crate::reconciler::drift::OPERAND_POD_LABEL,
+            crate::reconciler::drift::OPERAND_POD_LABEL_VALUE
+        )),
+        pods_writer,
+        "operand pods",
+    );
+    let caches = std::sync::Arc::new(Caches {
+        objects,
+        clusterid,
+        pods_namespace: namespace.to_string(),
+        pods,
+        direct: Mutex::new(HashMap::new()),
+    });
+    let keep = async move {
+        futures::join!(
+            clusterid_watch.for_each(|()| async {}),
+            pods_watch.for_each(|()| async {})
+        );
+    };
+    (caches, futures::stream::select_all(triggers), keep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher::Event;
+
+    const NS: &str = "kyma-system";
+
+    /// Caches over stores this test feeds: a labelled Secret store and an unlabelled NetworkPolicy one.
+    struct Fed {
+        caches: Caches,
+        secrets: Writer<DynamicObject>,
+        policies: Writer<DynamicObject>,
+        clusterid: Writer<Secret>,
+        pods: Writer<Pod>,
+    }
+
+    fn watched(api_version: &'static str, kind: &'static str, everything: bool) -> (Watched, Writer<DynamicObject>) {
+        let resource = crate::reconciler::cluster::api_resource(api_version, kind);
+        let writer = Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let w = Watched {
+            api_version,
+            kind,
+            resource,
+            namespace: Some(NS.into()),
+            everything,
+            store,
+        };
+        (w, writer)
+    }
+
+    fn fed() -> Fed {
+        let (secret_store, secrets) = watched("v1", "Secret", false);
+        let (policy_store, policies) = watched("networking.k8s.io/v1", "NetworkPolicy", true);
+        let clusterid = Writer::<Secret>::default();
+        let pods = Writer::<Pod>::default();
+        Fed {
+            caches: Caches {
+                objects: vec![secret_store, policy_store],
+                clusterid: clusterid.as_reader(),
+                pods_namespace: NS.into(),
+                pods: pods.as_reader(),
+                direct: Mutex::new(HashMap::new()),
+            },
+            secrets,
+            policies,
+            clusterid,
+            pods,
+        }
+    }
+
+    fn object(resource: &ApiResource, name: &str, rv: &str) -> DynamicObject {
+        let mut o = DynamicObject::new(name, resource).within(NS);
+        o.metadata.resource_version = Some(rv.into());
+        o
+    }
+
+    fn listed<K: kube::Resource + Clone>(w: &mut Writer<K>, objects: Vec<K>)
+    where
+        K::DynamicType: Eq + std::hash::Hash + Clone,
+    {
+        w.apply_watcher_event(&Event::Init);
+        for o in objects {
+            w.apply_watcher_event(&Event::InitApply(o));
+        }
+        w.apply_watcher_event(&Event::InitDone);
+    }
+
+    fn key(kind: &str, name: &str) -> Key {
+        (kind.into(), Some(NS.into()), name.into())
+    }
+
+    #[test]
+    fn a_store_answers_only_after_its_first_list() {
+        let mut f = fed();
+        assert_eq!(f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false), None);
+        listed(&mut f.secrets, vec![]);
+        assert_eq!(
+            f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false),
+            Some(None),
+            "listed, and absent"
+        );
+        assert_eq!(
+            f.caches.object("v1", "ConfigMap", Some(NS), "x", false),
+            None,
+            "a kind not kept"
+        );
+        assert_eq!(
+            f.caches
+                .object("v1", "Secret", Some("elsewhere"), "ca-server-cert", false),
+            None,
+            "a namespace not watched"
+        );
+    }
+
+    #[test]
+    fn an_absence_that_must_hold_for_unlabelled_objects_comes_only_from_a_store_that_sees_them() {
+        let mut f = fed();
+        listed(&mut f.secrets, vec![]);
+        listed(&mut f.policies, vec![]);
+        assert_eq!(f.caches.object("v1", "Secret", Some(NS), "outdated", true), None);
+        assert_eq!(
+            f.caches
+                .object("networking.k8s.io/v1", "NetworkPolicy", Some(NS), "legacy", true),
+            Some(None)
+        );
+    }
+
+    #[test]
+    fn our_write_is_read_from_the_server_until_the_store_shows_it() {
+        let mut f = fed();
+        let resource = f.caches.objects[0].resource.clone();
+        listed(&mut f.secrets, vec![object(&resource, "ca-server-cert", "4")]);
+        f.caches.saw(key("Secret", "ca-server-cert"), Some("5".into()));
+        assert_eq!(
+            f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false),
+            None,
+            "the store still has the copy before our write"
+        );
+        f.secrets
+            .apply_watcher_event(&Event::Apply(object(&resource, "ca-server-cert", "5")));
+        let answer = f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false);
+        assert_eq!(
+            answer.flatten().map(|v| v["metadata"]["resourceVersion"].clone()),
+            Some("5".into())
+        );
+        assert!(f.caches.direct().is_empty(), "caught up: nothing pending");
+
+        // A create the store has not seen yet reads from the server too (no regeneration from a stale copy).
+        f.caches.saw(key("Secret", "webhook-server-cert"), Some("6".into()));
+        assert_eq!(
+            f.caches.object("v1", "Secret", Some(NS), "webhook-server-cert", false),
+            None
+        );
+        // A read of the server while the store lags replaces what is pending.
+        f.caches
+            .read_again(&key("Secret", "webhook-server-cert"), Some("7".into()));
+        f.secrets
+            .apply_watcher_event(&Event::Apply(object(&resource, "webhook-server-cert", "7")));
+        assert!(f
+            .caches
+            .object("v1", "Secret", Some(NS), "webhook-server-cert", false)
+            .is_some());
+    }
+
+    #[test]
+    fn what_a_deprovisioning_removed_is_read_from_the_server_until_the_store_sees_it_gone() {
+        let mut f = fed();
+        let resource = f.caches.objects[0].resource.clone();
+        let cert = object(&resource, "ca-server-cert", "4");
+        listed(&mut f.secrets, vec![cert.clone()]);
+        let mut clusterid = Secret::default();
+        clusterid.metadata.name = Some(crate::reconciler::drift::CLUSTER_ID_SECRET.into());
+        clusterid.metadata.namespace = Some("creds".into());
+        clusterid.metadata.resource_version = Some("3".into());
+        listed(&mut f.clusterid, vec![clusterid.clone()]);
+        f.caches.removed("Secret");
+        assert_eq!(f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false), None);
+        assert_eq!(f.caches.clusterid_secret("creds"), None);
+        f.secrets.apply_watcher_event(&Event::Delete(cert));
+        f.clusterid.apply_watcher_event(&Event::Delete(clusterid));
+        assert_eq!(
+            f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false),
+            Some(None)
+        );
+        assert_eq!(f.caches.clusterid_secret("creds"), Some(None));
+    }
+
+    #[test]
+    fn a_pod_we_deleted_is_listed_from_the_server_until_the_store_sees_it_gone() {
+        let mut f = fed();
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("sap-btp-operator-controller-manager-1".into());
+        pod.metadata.namespace = Some(NS.into());
+        pod.metadata.resource_version = Some("9".into());
+        listed(&mut f.pods, vec![pod.clone()]);
+        assert_eq!(f.caches.operand_pods(NS).map(|p| p.len()), Some(1));
+        f.caches.saw(
+            (
+                "Pod".into(),
+                Some(NS.into()),
+                "sap-btp-operator-controller-manager-1".into(),
+            ),
+            None,
+        );
+        assert_eq!(f.caches.operand_pods(NS), None);
+        f.pods.apply_watcher_event(&Event::Delete(pod));
+        assert_eq!(f.caches.operand_pods(NS).map(|p| p.len()), Some(0));
+        assert_eq!(f.caches.operand_pods("elsewhere"), None);
+    }
+
+    #[test]
+    fn a_store_answers_unless_it_has_not_caught_up_with_what_was_seen_directly() {
+        assert_eq!(trust(Some("7"), None), Trust::Store, "nothing pending");
+        assert_eq!(trust(None, None), Trust::Store, "nothing pending, absent");
+        assert_eq!(
+            trust(Some("7"), Some(Some("7"))),
+            Trust::Store,
+            "caught up with our write"
+        );
+        assert_eq!(trust(None, Some(None)), Trust::Store, "caught up with our delete");
+        assert_eq!(trust(None, Some(Some("7"))), Trust::Server, "our create not seen yet");
+        assert_eq!(
+            trust(Some("6"), Some(Some("7"))),
+            Trust::Server,
+            "older or newer: cannot tell"
+        );
+        assert_eq!(trust(Some("7"), Some(None)), Trust::Server, "our delete not seen yet");
+    }
+}

@@ -241,15 +241,24 @@ impl WebhookCerts {
         let mut failures = 0u32;
         tokio::pin!(shutdown);
         loop {
-            let wait = match self.settle().await {
-                Ok(stored) => match self.publish(&stored, &cert).await {
-                    Ok(()) => {
-                        failures = 0;
-                        until_next_check(&stored, &self.policy)
-                    }
+            let round = async {
+                match self.settle().await {
+                    Ok(stored) => match self.publish(&stored, &cert).await {
+                        Ok(()) => {
+                            failures = 0;
+                            until_next_check(&stored, &self.policy)
+                        }
+                        Err(e) => backoff(&mut failures, &e),
+                    },
                     Err(e) => backoff(&mut failures, &e),
-                },
-                Err(e) => backoff(&mut failures, &e),
+                }
+            };
+            // A shutdown also ends a round in flight: a stopped manager must not register its webhooks
+            // again (seen in the provisioning bench: a configuration written after the stop pointed the
+            // next manager's CR creation at a closed port).
+            let wait = tokio::select! {
+                () = &mut shutdown => return,
+                wait = round => wait,
             };
             tokio::select! {
                 () = &mut shutdown => return,

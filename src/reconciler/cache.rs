@@ -9,8 +9,8 @@
 //!   writes it again, with the label), the network policies of the chart namespace all of them (the
 //!   legacy policy has no label of ours), the cluster-ID Secrets by name;
 //! - what this process wrote or deleted itself is not read from a store that has not caught up with it
-//!   ([`trust`]): until the store shows the same resourceVersion (or the same absence), the object is read
-//!   from the API server, as before there were stores;
+//!   ([`trust`]): until the store's watch delivers the same resourceVersion (or the deletion), the object is
+//!   read from the API server, as before there were stores;
 //! - every change a store takes brings a pass (the stores of [`CACHED`] are the controller's triggers), so a
 //!   pass that decided from a copy a moment old runs again with the change.
 //!
@@ -91,7 +91,29 @@ pub struct Caches {
     pods: Store<Pod>,
     /// Objects this process wrote, deleted or read directly that a store had not shown yet: kind,
     /// namespace, name → resourceVersion (None: absent).
-    direct: Mutex<HashMap<Key, Option<String>>>,
+    direct: Pending,
+}
+
+/// What this process saw directly and no store has shown yet (see [`Caches::saw`]), shared with the
+/// watches that clear it.
+type Pending = std::sync::Arc<Mutex<HashMap<Key, Option<String>>>>;
+
+fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<Key, Option<String>>> {
+    match pending.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// A watch delivered `key` at `resource_version` (None: its deletion): when that is what this process saw
+/// directly, the store has now caught up with it, and whatever the store shows from here on is as new or
+/// newer (a watch delivers one object's changes in order). This is what lets a store that shows a later
+/// change of someone else's (the Deployment controller's status right after our apply) answer again.
+fn seen_in_watch(pending: &Pending, key: &Key, resource_version: Option<&str>) {
+    let mut pending = lock(pending);
+    if pending.get(key).is_some_and(|seen| seen.as_deref() == resource_version) {
+        pending.remove(key);
+    }
 }
 
 fn ready<K: kube::Resource + Clone>(store: &Store<K>) -> bool
@@ -108,10 +130,7 @@ fn version(obj: &impl kube::Resource) -> Option<&str> {
 
 impl Caches {
     fn direct(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Option<String>>> {
-        match self.direct.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        lock(&self.direct)
     }
 
     /// Whether every store has finished its first list.
@@ -247,21 +266,35 @@ fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
-    what: &'static str,
+    (kind, namespaced): (&'static str, bool),
+    pending: Pending,
 ) -> impl Stream<Item = ()> + Send + 'static
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    let key = move |o: &K| -> Key {
+        let meta = o.meta();
+        let namespace = meta.namespace.clone().filter(|_| namespaced);
+        (kind.to_string(), namespace, meta.name.clone().unwrap_or_default())
+    };
     watcher::watcher(api, config)
         .backoff(crate::watch_backoff::WatchBackoff::default())
         .reflect(writer)
         .filter_map(move |event| {
             std::future::ready(match event {
-                Ok(watcher::Event::Apply(_)) | Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => Some(()),
-                Ok(_) => None,
+                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => {
+                    seen_in_watch(&pending, &key(&o), version(&o));
+                    Some(())
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    seen_in_watch(&pending, &key(&o), None);
+                    Some(())
+                }
+                Ok(watcher::Event::InitDone) => Some(()),
+                Ok(watcher::Event::Init) => None,
                 Err(e) => {
-                    tracing::debug!(error = %e, what, "cache watch");
+                    tracing::debug!(error = %e, kind, "cache watch");
                     None
                 }
             })
@@ -280,6 +313,7 @@ pub fn start(
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let labelled = format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY_BTP_MANAGER);
+    let pending = Pending::default();
     let mut objects = Vec::new();
     let mut triggers = Vec::new();
     for (api_version, kind) in CACHED {
@@ -298,7 +332,7 @@ pub fn start(
         };
         let writer = Writer::new(resource.clone());
         let store = writer.as_reader();
-        triggers.push(reflect(api, config, writer, kind).boxed());
+        triggers.push(reflect(api, config, writer, (kind, !cluster_scoped), pending.clone()).boxed());
         objects.push(Watched {
             api_version,
             kind,
@@ -317,7 +351,8 @@ pub fn start(
             crate::reconciler::drift::CLUSTER_ID_SECRET
         )),
         clusterid_writer,
-        "cluster-ID Secrets",
+        ("Secret", true),
+        pending.clone(),
     );
     let pods_writer = Writer::<Pod>::default();
     let pods = pods_writer.as_reader();
@@ -329,14 +364,15 @@ pub fn start(
             crate::reconciler::drift::OPERAND_POD_LABEL_VALUE
         )),
         pods_writer,
-        "operand pods",
+        ("Pod", true),
+        pending.clone(),
     );
     let caches = std::sync::Arc::new(Caches {
         objects,
         clusterid,
         pods_namespace: namespace.to_string(),
         pods,
-        direct: Mutex::new(HashMap::new()),
+        direct: pending,
     });
     let keep = async move {
         futures::join!(
@@ -389,7 +425,7 @@ mod tests {
                 clusterid: clusterid.as_reader(),
                 pods_namespace: NS.into(),
                 pods: pods.as_reader(),
-                direct: Mutex::new(HashMap::new()),
+                direct: Pending::default(),
             },
             secrets,
             policies,
@@ -490,6 +526,33 @@ mod tests {
             .caches
             .object("v1", "Secret", Some(NS), "webhook-server-cert", false)
             .is_some());
+    }
+
+    #[test]
+    fn once_the_watch_delivered_our_write_a_later_change_of_someone_elses_is_read_from_the_store() {
+        let mut f = fed();
+        let resource = f.caches.objects[0].resource.clone();
+        listed(&mut f.secrets, vec![]);
+        let k = key("Secret", "sap-btp-service-operator");
+        f.caches.saw(k.clone(), Some("5".into()));
+        // Someone else's change is not ours: still pending.
+        seen_in_watch(&f.caches.direct, &k, Some("4"));
+        assert_eq!(f.caches.direct().get(&k), Some(&Some("5".to_string())));
+        // The watch delivered our write, then a later change (the store shows the later one).
+        seen_in_watch(&f.caches.direct, &k, Some("5"));
+        f.secrets
+            .apply_watcher_event(&Event::Apply(object(&resource, "sap-btp-service-operator", "6")));
+        let answer = f
+            .caches
+            .object("v1", "Secret", Some(NS), "sap-btp-service-operator", false);
+        assert_eq!(
+            answer.flatten().map(|v| v["metadata"]["resourceVersion"].clone()),
+            Some("6".into())
+        );
+        // A delete of ours is caught up by the watch's deletion.
+        f.caches.saw(k.clone(), None);
+        seen_in_watch(&f.caches.direct, &k, None);
+        assert!(f.caches.direct().is_empty());
     }
 
     #[test]

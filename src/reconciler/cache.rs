@@ -139,8 +139,17 @@ impl Caches {
     }
 
     /// Answer for `key` from `stored` (the store's copy) unless [`trust`] says to ask the API server.
-    fn answer<T>(&self, key: &Key, stored: Option<T>, rv: impl Fn(&T) -> Option<&str>) -> Option<Option<T>> {
+    /// The store's copy of `key` (`read` takes it) unless [`trust`] says to ask the API server. The copy
+    /// is taken while the pending map is locked: a watch that delivers our write in between clears the
+    /// entry only after the copy, never leaving a copy older than our write trusted.
+    fn answer<T>(
+        &self,
+        key: &Key,
+        read: impl FnOnce() -> Option<T>,
+        rv: impl Fn(&T) -> Option<&str>,
+    ) -> Option<Option<T>> {
         let mut direct = self.direct();
+        let stored = read();
         let seen = direct.get(key).map(|d| d.as_deref());
         match trust(stored.as_ref().and_then(&rv), seen) {
             Trust::Store => {
@@ -181,8 +190,7 @@ impl Caches {
             watched.namespace.as_ref().and(namespace.map(str::to_string)),
             name.to_string(),
         );
-        let stored = watched.store.get(&at);
-        let answer = self.answer(&key, stored, |o| version(o.as_ref()))?;
+        let answer = self.answer(&key, || watched.store.get(&at), |o| version(o.as_ref()))?;
         Some(answer.and_then(|o| serde_json::to_value(o.as_ref()).ok()))
     }
 
@@ -197,9 +205,8 @@ impl Caches {
             Some(namespace.to_string()),
             crate::reconciler::drift::CLUSTER_ID_SECRET.to_string(),
         );
-        let stored = self.clusterid.get(&at);
         Some(
-            self.answer(&key, stored, |s| version(s.as_ref()))?
+            self.answer(&key, || self.clusterid.get(&at), |s| version(s.as_ref()))?
                 .map(|s| s.as_ref().clone()),
         )
     }
@@ -210,8 +217,8 @@ impl Caches {
         if namespace != self.pods_namespace || !ready(&self.pods) {
             return None;
         }
-        let pods = self.pods.state();
         let mut direct = self.direct();
+        let pods = self.pods.state();
         let pending: Vec<Key> = direct.keys().filter(|(k, _, _)| k == "Pod").cloned().collect();
         for key in pending {
             let stored = pods.iter().find(|p| p.metadata.name.as_deref() == Some(key.2.as_str()));
@@ -236,6 +243,10 @@ impl Caches {
     /// shows each gone, it is read from the API server.
     pub fn removed(&self, kind: &str) {
         let mut direct = self.direct();
+        // Written by us and not yet shown by the store: deleted too.
+        for (_, seen) in direct.iter_mut().filter(|((k, _, _), _)| k == kind) {
+            *seen = None;
+        }
         for watched in self.objects.iter().filter(|w| w.kind == kind) {
             for obj in watched.store.state() {
                 let namespace = watched.namespace.as_ref().and(obj.metadata.namespace.clone());
@@ -283,10 +294,13 @@ where
         .reflect(writer)
         .filter_map(move |event| {
             std::future::ready(match event {
-                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => {
+                // Not an `InitApply`: a relist's objects reach the store only at its `InitDone`, and until
+                // then the store still shows what it had (the pending entry clears when it shows the same).
+                Ok(watcher::Event::Apply(o)) => {
                     seen_in_watch(&pending, &key(&o), version(&o));
                     Some(())
                 }
+                Ok(watcher::Event::InitApply(_)) => None,
                 Ok(watcher::Event::Delete(o)) => {
                     seen_in_watch(&pending, &key(&o), None);
                     Some(())
@@ -566,7 +580,14 @@ mod tests {
         clusterid.metadata.namespace = Some("creds".into());
         clusterid.metadata.resource_version = Some("3".into());
         listed(&mut f.clusterid, vec![clusterid.clone()]);
+        // Written by us just before, not in the store yet: deleted too.
+        f.caches.saw(key("Secret", "webhook-server-cert"), Some("8".into()));
         f.caches.removed("Secret");
+        assert_eq!(
+            f.caches.object("v1", "Secret", Some(NS), "webhook-server-cert", false),
+            Some(None),
+            "our write the store never showed is gone with the rest"
+        );
         assert_eq!(f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false), None);
         assert_eq!(f.caches.clusterid_secret("creds"), None);
         f.secrets.apply_watcher_event(&Event::Delete(cert));

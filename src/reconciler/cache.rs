@@ -96,10 +96,19 @@ pub struct Caches {
 
 /// What this process saw directly and no store has shown yet (see [`Caches::saw`]), shared with the
 /// watches that clear it.
-type Pending = std::sync::Arc<Mutex<HashMap<Key, Option<String>>>>;
+type Pending = std::sync::Arc<Shared>;
+
+/// What the stores' watches share with the lookups.
+#[derive(Default)]
+struct Shared {
+    /// Kind, namespace, name → resourceVersion (None: absent) seen directly and not yet shown by a store.
+    seen: Mutex<HashMap<Key, Option<String>>>,
+    /// Woken after every change a store took (see [`Caches::caught_up`]).
+    changed: tokio::sync::Notify,
+}
 
 fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<Key, Option<String>>> {
-    match pending.lock() {
+    match pending.seen.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     }
@@ -110,10 +119,13 @@ fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<Key, Option<Stri
 /// newer (a watch delivers one object's changes in order). This is what lets a store that shows a later
 /// change of someone else's (the Deployment controller's status right after our apply) answer again.
 fn seen_in_watch(pending: &Pending, key: &Key, resource_version: Option<&str>) {
-    let mut pending = lock(pending);
-    if pending.get(key).is_some_and(|seen| seen.as_deref() == resource_version) {
-        pending.remove(key);
+    {
+        let mut seen = lock(pending);
+        if seen.get(key).is_some_and(|seen| seen.as_deref() == resource_version) {
+            seen.remove(key);
+        }
     }
+    pending.changed.notify_waiters();
 }
 
 fn ready<K: kube::Resource + Clone>(store: &Store<K>) -> bool
@@ -192,6 +204,29 @@ impl Caches {
         );
         let answer = self.answer(&key, || watched.store.get(&at), |o| version(o.as_ref()))?;
         Some(answer.and_then(|o| serde_json::to_value(o.as_ref()).ok()))
+    }
+
+    /// [`Caches::object`] once its store can answer: for a read that a lagging store sent to the API
+    /// server, raced with it (the watch usually delivers our own write a moment after its answer). Never
+    /// resolves for an object no store keeps.
+    pub async fn caught_up(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        certain_absence: bool,
+    ) -> Option<Value> {
+        loop {
+            // Registered before the look, so that a change in between is not missed.
+            let changed = self.direct.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(answer) = self.object(api_version, kind, namespace, name, certain_absence) {
+                return answer;
+            }
+            changed.await;
+        }
     }
 
     /// The operand's cluster-ID Secret in `namespace` (see [`Caches::object`] for the answers).
@@ -567,6 +602,29 @@ mod tests {
         f.caches.saw(k.clone(), None);
         seen_in_watch(&f.caches.direct, &k, None);
         assert!(f.caches.direct().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_read_sent_to_the_server_is_answered_by_the_store_once_its_watch_delivers_our_write() {
+        use futures::FutureExt as _;
+        let mut f = fed();
+        let resource = f.caches.objects[0].resource.clone();
+        listed(&mut f.secrets, vec![]);
+        let k = key("Secret", "ca-server-cert");
+        f.caches.saw(k.clone(), Some("5".into()));
+        let waiting = f.caches.caught_up("v1", "Secret", Some(NS), "ca-server-cert", false);
+        tokio::pin!(waiting);
+        assert!(waiting.as_mut().now_or_never().is_none(), "the store has not caught up");
+        f.secrets
+            .apply_watcher_event(&Event::Apply(object(&resource, "ca-server-cert", "5")));
+        seen_in_watch(&f.caches.direct, &k, Some("5"));
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("answered once the watch delivered our write");
+        assert_eq!(
+            answer.map(|v| v["metadata"]["resourceVersion"].clone()),
+            Some("5".into())
+        );
     }
 
     #[test]

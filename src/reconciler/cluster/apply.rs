@@ -374,9 +374,19 @@ impl Cluster<'_> {
             return Ok(cached);
         }
         let (api, name) = self.dynamic_api(target);
-        let live = match retrying(|| api.get_opt(&name)).await {
-            Err(kube::Error::Api(s)) if s.code == 404 => None,
-            read => read.map_err(api_err(format!("reading {} {name}", waves::kind_of(target))))?,
+        let get = async {
+            match retrying(|| api.get_opt(&name)).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                read => read.map_err(api_err(format!("reading {} {name}", waves::kind_of(target)))),
+            }
+        };
+        // A store that lags behind our own write usually catches up a moment later: whichever answers first.
+        let live = match &caches {
+            Some(c) => tokio::select! {
+                live = get => live?,
+                cached = c.caught_up(&api_version, &kind, ns.as_deref(), &name, certain_absence) => return Ok(cached),
+            },
+            None => get.await?,
         };
         if let Some(caches) = caches {
             caches.read_again(

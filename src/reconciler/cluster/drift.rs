@@ -103,9 +103,19 @@ impl Cluster<'_> {
                         false,
                     )
                 });
-                match cached {
-                    Some(cm) => Ok(cm.and_then(|v| serde_json::from_value::<ConfigMap>(v).ok())),
-                    None => retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP)).await,
+                let from_value =
+                    |v: Option<serde_json::Value>| v.and_then(|v| serde_json::from_value::<ConfigMap>(v).ok());
+                let get = retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP));
+                match (cached, &caches) {
+                    (Some(cm), _) => Ok(from_value(cm)),
+                    // A store that lags behind our own write usually catches up a moment later.
+                    (None, Some(c)) => tokio::select! {
+                        read = get => read,
+                        cm = c.caught_up("v1", "ConfigMap", Some(chart_namespace), drift::OPERAND_CONFIGMAP, false) => {
+                            Ok(from_value(cm))
+                        }
+                    },
+                    (None, None) => get.await,
                 }
             },
             async {

@@ -125,10 +125,14 @@ async fn a_secret_change_during_an_early_pass_is_not_lost() {
         Duration::from_secs(10),
         "the manager's cache sees the Service gone",
         || async {
-            env.ctx
-                .caches()
-                .and_then(|c| c.object("v1", "Service", Some(names::KYMA_SYSTEM), METRICS_SERVICE, false))
-                == Some(None)
+            env.ctx.caches().and_then(|c| {
+                c.object(btp_manager::reconciler::cache::Lookup::new(
+                    "v1",
+                    "Service",
+                    Some(names::KYMA_SYSTEM),
+                    METRICS_SERVICE,
+                ))
+            }) == Some(None)
         },
     )
     .await;

@@ -48,6 +48,75 @@ pub const CACHED: [(&str, &str); 13] = [
 /// Which object: kind, namespace (None when cluster-scoped), name.
 pub type Key = (String, Option<String>, String);
 
+/// Which object a read is for, as the API addresses it.
+#[derive(Clone, Copy, Debug)]
+pub struct Lookup<'a> {
+    /// Its `apiVersion`.
+    pub api_version: &'a str,
+    /// Its kind.
+    pub kind: &'a str,
+    /// Its namespace (ignored for a cluster-scoped kind).
+    pub namespace: Option<&'a str>,
+    /// Its name.
+    pub name: &'a str,
+    /// Whether an absence must hold for unlabelled objects too (a `delete/` object): only a store that sees
+    /// every object of its scope answers then.
+    pub certain_absence: bool,
+}
+
+impl<'a> Lookup<'a> {
+    /// A read of `kind` `namespace`/`name` for which an absence among our labelled objects is enough.
+    pub fn new(api_version: &'a str, kind: &'a str, namespace: Option<&'a str>, name: &'a str) -> Self {
+        Self {
+            api_version,
+            kind,
+            namespace,
+            name,
+            certain_absence: false,
+        }
+    }
+
+    /// The same read, for which an absence must hold for unlabelled objects too.
+    pub fn certain(self) -> Self {
+        Self {
+            certain_absence: true,
+            ..self
+        }
+    }
+
+    fn key(&self) -> Key {
+        let namespaced = !crate::reconciler::resources::is_cluster_scoped(self.kind);
+        (
+            self.kind.to_string(),
+            self.namespace.filter(|_| namespaced).map(str::to_string),
+            self.name.to_string(),
+        )
+    }
+}
+
+/// `at` from `caches` when a store can answer, else `get`'s answer from the API server, raced with the store
+/// catching up (the watch usually delivers our own write a moment after the write's answer), whichever is
+/// first; the API server's answer replaces what is pending for `at` ([`Caches::read_again`]).
+pub async fn read_through<E>(
+    caches: Option<&Caches>,
+    at: Lookup<'_>,
+    get: impl std::future::Future<Output = Result<Option<Value>, E>>,
+) -> Result<Option<Value>, E> {
+    let Some(caches) = caches else {
+        return get.await;
+    };
+    if let Some(cached) = caches.object(at) {
+        return Ok(cached);
+    }
+    let live = tokio::select! {
+        live = get => live?,
+        cached = caches.caught_up(at) => return Ok(cached),
+    };
+    let version = live.as_ref().and_then(|v| v["metadata"]["resourceVersion"].as_str());
+    caches.read_again(&at.key(), version.map(str::to_string));
+    Ok(live)
+}
+
 /// Whether a store's copy answers a read. Pure.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Trust {
@@ -108,10 +177,7 @@ struct Shared {
 }
 
 fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<Key, Option<String>>> {
-    match pending.seen.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
+    super::context::clock(&pending.seen)
 }
 
 /// A watch delivered `key` at `resource_version` (None: its deletion): when that is what this process saw
@@ -128,7 +194,8 @@ fn seen_in_watch(pending: &Pending, key: &Key, resource_version: Option<&str>) {
     pending.changed.notify_waiters();
 }
 
-fn ready<K: kube::Resource + Clone>(store: &Store<K>) -> bool
+/// Whether `store` has finished its first list (a store answers only from then on).
+pub fn listed<K: kube::Resource + Clone>(store: &Store<K>) -> bool
 where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
@@ -147,10 +214,9 @@ impl Caches {
 
     /// Whether every store has finished its first list.
     pub fn ready(&self) -> bool {
-        self.objects.iter().all(|w| ready(&w.store)) && ready(&self.clusterid) && ready(&self.pods)
+        self.objects.iter().all(|w| listed(&w.store)) && listed(&self.clusterid) && listed(&self.pods)
     }
 
-    /// Answer for `key` from `stored` (the store's copy) unless [`trust`] says to ask the API server.
     /// The store's copy of `key` (`read` takes it) unless [`trust`] says to ask the API server. The copy
     /// is taken while the pending map is locked: a watch that delivers our write in between clears the
     /// entry only after the copy, never leaving a copy older than our write trusted.
@@ -172,57 +238,35 @@ impl Caches {
         }
     }
 
-    /// The object `kind` `namespace`/`name` from its kind's store: `Some(None)` when absent, None when no
-    /// store can answer (its kind is not kept, the store has not listed yet or has not caught up with a
-    /// write of ours). `certain_absence`: an absence must hold for unlabelled objects too (a `delete/`
-    /// object).
-    pub fn object(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: Option<&str>,
-        name: &str,
-        certain_absence: bool,
-    ) -> Option<Option<Value>> {
+    /// The object `at` names from its kind's store: `Some(None)` when absent, None when no store can answer
+    /// (its kind is not kept, the store has not listed yet or has not caught up with a write of ours).
+    pub fn object(&self, at: Lookup<'_>) -> Option<Option<Value>> {
         let watched = self.objects.iter().find(|w| {
-            w.api_version == api_version
-                && w.kind == kind
-                && w.namespace.as_deref().is_none_or(|ns| Some(ns) == namespace)
-                && (w.everything || !certain_absence)
+            w.api_version == at.api_version
+                && w.kind == at.kind
+                && w.namespace.as_deref().is_none_or(|ns| Some(ns) == at.namespace)
+                && (w.everything || !at.certain_absence)
         })?;
-        if !ready(&watched.store) {
+        if !listed(&watched.store) {
             return None;
         }
-        let mut at = ObjectRef::new_with(name, watched.resource.clone());
-        if let (Some(ns), Some(_)) = (namespace, &watched.namespace) {
-            at = at.within(ns);
+        let mut object = ObjectRef::new_with(at.name, watched.resource.clone());
+        if let (Some(ns), Some(_)) = (at.namespace, &watched.namespace) {
+            object = object.within(ns);
         }
-        let key = (
-            kind.to_string(),
-            watched.namespace.as_ref().and(namespace.map(str::to_string)),
-            name.to_string(),
-        );
-        let answer = self.answer(&key, || watched.store.get(&at), |o| version(o.as_ref()))?;
+        let answer = self.answer(&at.key(), || watched.store.get(&object), |o| version(o.as_ref()))?;
         Some(answer.and_then(|o| serde_json::to_value(o.as_ref()).ok()))
     }
 
-    /// [`Caches::object`] once its store can answer: for a read that a lagging store sent to the API
-    /// server, raced with it (the watch usually delivers our own write a moment after its answer). Never
-    /// resolves for an object no store keeps.
-    pub async fn caught_up(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: Option<&str>,
-        name: &str,
-        certain_absence: bool,
-    ) -> Option<Value> {
+    /// [`Caches::object`] once its store can answer (see [`read_through`]). Never resolves for an object no
+    /// store keeps.
+    pub async fn caught_up(&self, at: Lookup<'_>) -> Option<Value> {
         loop {
             // Registered before the look, so that a change in between is not missed.
             let changed = self.direct.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if let Some(answer) = self.object(api_version, kind, namespace, name, certain_absence) {
+            if let Some(answer) = self.object(at) {
                 return answer;
             }
             changed.await;
@@ -231,7 +275,7 @@ impl Caches {
 
     /// The operand's cluster-ID Secret in `namespace` (see [`Caches::object`] for the answers).
     pub fn clusterid_secret(&self, namespace: &str) -> Option<Option<Secret>> {
-        if !ready(&self.clusterid) {
+        if !listed(&self.clusterid) {
             return None;
         }
         let at = ObjectRef::new(crate::reconciler::drift::CLUSTER_ID_SECRET).within(namespace);
@@ -249,7 +293,7 @@ impl Caches {
     /// The operand's pods in `namespace`, unless a pod this process deleted is not yet gone from the store
     /// (then None: list them).
     pub fn operand_pods(&self, namespace: &str) -> Option<Vec<Pod>> {
-        if namespace != self.pods_namespace || !ready(&self.pods) {
+        if namespace != self.pods_namespace || !listed(&self.pods) {
             return None;
         }
         let mut direct = self.direct();
@@ -507,21 +551,24 @@ mod tests {
     #[test]
     fn a_store_answers_only_after_its_first_list() {
         let mut f = fed();
-        assert_eq!(f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false), None);
+        assert_eq!(
+            f.caches.object(Lookup::new("v1", "Secret", Some(NS), "ca-server-cert")),
+            None
+        );
         listed(&mut f.secrets, vec![]);
         assert_eq!(
-            f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false),
+            f.caches.object(Lookup::new("v1", "Secret", Some(NS), "ca-server-cert")),
             Some(None),
             "listed, and absent"
         );
         assert_eq!(
-            f.caches.object("v1", "ConfigMap", Some(NS), "x", false),
+            f.caches.object(Lookup::new("v1", "ConfigMap", Some(NS), "x")),
             None,
             "a kind not kept"
         );
         assert_eq!(
             f.caches
-                .object("v1", "Secret", Some("elsewhere"), "ca-server-cert", false),
+                .object(Lookup::new("v1", "Secret", Some("elsewhere"), "ca-server-cert")),
             None,
             "a namespace not watched"
         );
@@ -532,10 +579,14 @@ mod tests {
         let mut f = fed();
         listed(&mut f.secrets, vec![]);
         listed(&mut f.policies, vec![]);
-        assert_eq!(f.caches.object("v1", "Secret", Some(NS), "outdated", true), None);
         assert_eq!(
             f.caches
-                .object("networking.k8s.io/v1", "NetworkPolicy", Some(NS), "legacy", true),
+                .object(Lookup::new("v1", "Secret", Some(NS), "outdated").certain()),
+            None
+        );
+        assert_eq!(
+            f.caches
+                .object(Lookup::new("networking.k8s.io/v1", "NetworkPolicy", Some(NS), "legacy").certain()),
             Some(None)
         );
     }
@@ -547,13 +598,13 @@ mod tests {
         listed(&mut f.secrets, vec![object(&resource, "ca-server-cert", "4")]);
         f.caches.saw(key("Secret", "ca-server-cert"), Some("5".into()));
         assert_eq!(
-            f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false),
+            f.caches.object(Lookup::new("v1", "Secret", Some(NS), "ca-server-cert")),
             None,
             "the store still has the copy before our write"
         );
         f.secrets
             .apply_watcher_event(&Event::Apply(object(&resource, "ca-server-cert", "5")));
-        let answer = f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false);
+        let answer = f.caches.object(Lookup::new("v1", "Secret", Some(NS), "ca-server-cert"));
         assert_eq!(
             answer.flatten().map(|v| v["metadata"]["resourceVersion"].clone()),
             Some("5".into())
@@ -563,7 +614,8 @@ mod tests {
         // A create the store has not seen yet reads from the server too (no regeneration from a stale copy).
         f.caches.saw(key("Secret", "webhook-server-cert"), Some("6".into()));
         assert_eq!(
-            f.caches.object("v1", "Secret", Some(NS), "webhook-server-cert", false),
+            f.caches
+                .object(Lookup::new("v1", "Secret", Some(NS), "webhook-server-cert")),
             None
         );
         // A read of the server while the store lags replaces what is pending.
@@ -573,7 +625,7 @@ mod tests {
             .apply_watcher_event(&Event::Apply(object(&resource, "webhook-server-cert", "7")));
         assert!(f
             .caches
-            .object("v1", "Secret", Some(NS), "webhook-server-cert", false)
+            .object(Lookup::new("v1", "Secret", Some(NS), "webhook-server-cert"))
             .is_some());
     }
 
@@ -593,7 +645,7 @@ mod tests {
             .apply_watcher_event(&Event::Apply(object(&resource, "sap-btp-service-operator", "6")));
         let answer = f
             .caches
-            .object("v1", "Secret", Some(NS), "sap-btp-service-operator", false);
+            .object(Lookup::new("v1", "Secret", Some(NS), "sap-btp-service-operator"));
         assert_eq!(
             answer.flatten().map(|v| v["metadata"]["resourceVersion"].clone()),
             Some("6".into())
@@ -612,7 +664,9 @@ mod tests {
         listed(&mut f.secrets, vec![]);
         let k = key("Secret", "ca-server-cert");
         f.caches.saw(k.clone(), Some("5".into()));
-        let waiting = f.caches.caught_up("v1", "Secret", Some(NS), "ca-server-cert", false);
+        let waiting = f
+            .caches
+            .caught_up(Lookup::new("v1", "Secret", Some(NS), "ca-server-cert"));
         tokio::pin!(waiting);
         assert!(waiting.as_mut().now_or_never().is_none(), "the store has not caught up");
         f.secrets
@@ -642,16 +696,20 @@ mod tests {
         f.caches.saw(key("Secret", "webhook-server-cert"), Some("8".into()));
         f.caches.removed("Secret");
         assert_eq!(
-            f.caches.object("v1", "Secret", Some(NS), "webhook-server-cert", false),
+            f.caches
+                .object(Lookup::new("v1", "Secret", Some(NS), "webhook-server-cert")),
             Some(None),
             "our write the store never showed is gone with the rest"
         );
-        assert_eq!(f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false), None);
+        assert_eq!(
+            f.caches.object(Lookup::new("v1", "Secret", Some(NS), "ca-server-cert")),
+            None
+        );
         assert_eq!(f.caches.clusterid_secret("creds"), None);
         f.secrets.apply_watcher_event(&Event::Delete(cert));
         f.clusterid.apply_watcher_event(&Event::Delete(clusterid));
         assert_eq!(
-            f.caches.object("v1", "Secret", Some(NS), "ca-server-cert", false),
+            f.caches.object(Lookup::new("v1", "Secret", Some(NS), "ca-server-cert")),
             Some(None)
         );
         assert_eq!(f.caches.clusterid_secret("creds"), Some(None));

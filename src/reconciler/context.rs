@@ -79,7 +79,7 @@ impl Term {
 }
 
 /// A mutex locked (a poisoned lock still holds a usable value).
-fn clock<T>(slot: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn clock<T>(slot: &Mutex<T>) -> MutexGuard<'_, T> {
     match slot.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -177,9 +177,8 @@ impl Context {
     /// The operand Secrets' store once its first list has completed; None before (or without a watch):
     /// then the caller lists them itself.
     pub fn operand_secrets(&self) -> Option<Store<PartialObjectMeta<Secret>>> {
-        use futures::FutureExt as _;
         let store = read(&self.term().operand_secrets)?;
-        matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))).then_some(store)
+        super::cache::listed(&store).then_some(store)
     }
 
     /// Keep the credentials Secret `namespace`/`name` in `store` from now on (see [`Context::required_secret`]).
@@ -195,13 +194,11 @@ impl Context {
     /// Secret: then the caller reads it itself. The watch brings a pass after every change it stores, so a
     /// pass never acts on a Secret older than the change that brought it.
     pub fn required_secret(&self, namespace: &str, name: &str) -> Option<Option<Secret>> {
-        use futures::FutureExt as _;
         let (ns, n, store) = read(&self.term().required_secret)?;
         if ns != namespace || n != name {
             return None;
         }
-        matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
-            .then(|| store.get(&ObjectRef::new(name).within(namespace)).map(|s| (*s).clone()))
+        super::cache::listed(&store).then(|| store.get(&ObjectRef::new(name).within(namespace)).map(|s| (*s).clone()))
     }
 
     /// Publish an Event on `reference` in the background ([`super::events`]): the pass goes on at once; a

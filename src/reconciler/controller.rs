@@ -287,10 +287,9 @@ pub fn stuck_at_start(elapsed: Duration, listed: bool, crs: usize, passes: u64) 
 /// reconciles would leave the CR's status frozen with nothing in the logs: the watches and lists have no
 /// call budget (a watch is meant to stay open), so one that never answers would hold it forever.
 async fn watch_the_start(ctx: &Context, crs: &Store<BtpOperator>) {
-    use futures::FutureExt as _;
     let started = tokio::time::Instant::now();
     tokio::time::sleep(START_DEADLINE).await;
-    let listed = matches!(crs.wait_until_ready().now_or_never(), Some(Ok(())));
+    let listed = super::cache::listed(crs);
     let count = if listed { crs.state().len() } else { 0 };
     if !stuck_at_start(started.elapsed(), listed, count, ctx.passes()) {
         // Started: nothing more to watch for in this term.
@@ -311,9 +310,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// shutdown came before the CRs were first listed (nothing can be in flight then, and kube's controller,
 /// which holds reconciles until that list, would wait for it forever), else after [`SHUTDOWN_GRACE`].
 async fn give_up_waiting(shutdown: impl std::future::Future<Output = ()>, crs_ready: Store<BtpOperator>) {
-    use futures::FutureExt as _;
     shutdown.await;
-    if !matches!(crs_ready.wait_until_ready().now_or_never(), Some(Ok(()))) {
+    if !super::cache::listed(&crs_ready) {
         tracing::debug!("stopped before the first list of BtpOperators: nothing was in flight");
         return;
     }

@@ -4,6 +4,7 @@
 
 use super::api::{ignoring_not_found, Cluster};
 use super::retry::retrying;
+use crate::reconciler::cache::{read_through, Lookup};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::metrics::Certificate;
@@ -364,37 +365,21 @@ impl Cluster<'_> {
     /// A 404 is absence, also when it is the resource type that does not exist (an instance of a CRD the
     /// same apply creates: the API server answers `404 page not found`, not a NotFound Status).
     async fn read(&self, target: &Value, certain_absence: bool) -> Result<Option<Value>, ApiError> {
-        let caches = self.ctx.caches();
-        let (api_version, kind, ns, name) = resources::identity(target);
-        let ns = ns.filter(|_| !resources::is_cluster_scoped(&kind));
-        if let Some(cached) = caches
-            .as_ref()
-            .and_then(|c| c.object(&api_version, &kind, ns.as_deref(), &name, certain_absence))
-        {
-            return Ok(cached);
-        }
+        let (api_version, kind, namespace, name) = resources::identity(target);
+        let at = Lookup {
+            certain_absence,
+            ..Lookup::new(&api_version, &kind, namespace.as_deref(), &name)
+        };
         let (api, name) = self.dynamic_api(target);
         let get = async {
             match retrying(|| api.get_opt(&name)).await {
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                read => read.map_err(api_err(format!("reading {} {name}", waves::kind_of(target)))),
+                read => read
+                    .map(|live| live.and_then(|l| serde_json::to_value(l).ok()))
+                    .map_err(api_err(format!("reading {} {name}", waves::kind_of(target)))),
             }
         };
-        // A store that lags behind our own write usually catches up a moment later: whichever answers first.
-        let live = match &caches {
-            Some(c) => tokio::select! {
-                live = get => live?,
-                cached = c.caught_up(&api_version, &kind, ns.as_deref(), &name, certain_absence) => return Ok(cached),
-            },
-            None => get.await?,
-        };
-        if let Some(caches) = caches {
-            caches.read_again(
-                &key(target),
-                live.as_ref().and_then(|l| l.metadata.resource_version.clone()),
-            );
-        }
-        Ok(live.and_then(|l| serde_json::to_value(l).ok()))
+        read_through(self.ctx.caches().as_deref(), at, get).await
     }
 
     /// Server-side apply of one prepared object; the object as the API server answered (its key with it).

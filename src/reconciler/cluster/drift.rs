@@ -4,6 +4,7 @@
 
 use super::api::Cluster;
 use super::retry::retrying;
+use crate::reconciler::cache::{read_through, Lookup};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::drift;
 use crate::reconciler::end::{retry, End};
@@ -94,29 +95,13 @@ impl Cluster<'_> {
         let chart_namespace = self.config.chart_namespace.as_str();
         let (configmap, clusterid, pods) = futures::join!(
             async {
-                let cached = caches.as_ref().and_then(|c| {
-                    c.object(
-                        "v1",
-                        "ConfigMap",
-                        Some(chart_namespace),
-                        drift::OPERAND_CONFIGMAP,
-                        false,
-                    )
-                });
-                let from_value =
-                    |v: Option<serde_json::Value>| v.and_then(|v| serde_json::from_value::<ConfigMap>(v).ok());
-                let get = retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP));
-                match (cached, &caches) {
-                    (Some(cm), _) => Ok(from_value(cm)),
-                    // A store that lags behind our own write usually catches up a moment later.
-                    (None, Some(c)) => tokio::select! {
-                        read = get => read,
-                        cm = c.caught_up("v1", "ConfigMap", Some(chart_namespace), drift::OPERAND_CONFIGMAP, false) => {
-                            Ok(from_value(cm))
-                        }
-                    },
-                    (None, None) => get.await,
-                }
+                let at = Lookup::new("v1", "ConfigMap", Some(chart_namespace), drift::OPERAND_CONFIGMAP);
+                let get = async {
+                    let read = retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP)).await;
+                    read.map(|cm| cm.and_then(|cm| serde_json::to_value(cm).ok()))
+                };
+                let read = read_through(caches.as_deref(), at, get).await;
+                read.map(|cm| cm.and_then(|cm| serde_json::from_value::<ConfigMap>(cm).ok()))
             },
             async {
                 match caches.as_ref().and_then(|c| c.clusterid_secret(&namespace)) {

@@ -111,7 +111,7 @@ pub struct GoManagerArgs {
     /// (Go manager; no effect: the manager does not poll, the Deployment watch brings it back.)
     #[arg(long, default_value = keys::READY_CHECK_INTERVAL.default, value_parser = parse_duration)]
     pub ready_check_interval: std::time::Duration,
-    /// (Go manager; no effect: the CA-bundle probe is not part of this manager.)
+    /// (Go manager; no effect: its CA-bundle probe is replaced by --credentials-check-interval.)
     #[arg(long, default_value = keys::PROBE_INTERVAL.default, value_parser = parse_duration)]
     pub probe_interval: std::time::Duration,
     /// (Go manager; no effect: a status is written once per change, retried on transient errors.)
@@ -224,6 +224,12 @@ pub struct ReconcilerArgs {
     /// `ENABLE_LIMITED_CACHE` for the operand.
     #[arg(long, default_value = keys::ENABLE_LIMITED_CACHE.default)]
     pub enable_limited_cache: String,
+    /// How often to ask the token endpoint for a token with the credentials (condition `CredentialsValid`); 0: never.
+    #[arg(long, default_value = keys::CREDENTIALS_CHECK_INTERVAL.default, value_parser = parse_duration)]
+    pub credentials_check_interval: std::time::Duration,
+    /// PEM certificates the credentials check trusts besides the system roots.
+    #[arg(long)]
+    pub credentials_check_ca_bundle: Option<String>,
     /// The operand image (container `manager` of the operand Deployment). Required for `run`; `local`
     /// defaults to the image of the built-in chart.
     #[arg(long, env = keys::OPERAND_IMAGE.env)]
@@ -250,6 +256,8 @@ impl ReconcilerArgs {
             hard_delete_check_interval: self.hard_delete_check_interval,
             delete_request_timeout: self.delete_request_timeout,
             enable_limited_cache: self.enable_limited_cache.clone(),
+            credentials_check_interval: self.credentials_check_interval,
+            credentials_check_ca_bundle: self.credentials_check_ca_bundle.clone().unwrap_or_default(),
             ..crate::config::Config::default()
         }
     }

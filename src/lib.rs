@@ -8,6 +8,8 @@
 //! - `webhook_certs`: the manager's own webhook certificates in the cluster.
 //! - `config`: runtime configuration (the key table: flags, defaults, ConfigMap keys; the settings snapshot a
 //!   pass reads).
+//! - `credentials_check`: asking the token endpoint with the credentials Secret's values (condition
+//!   `CredentialsValid`), beside the reconciler.
 //! - `doctor`: `btp-manager doctor`, read-only health checks of a live installation.
 //! - `embedded`: the operand's manifests built into the binary (the default module resources);
 //!   `manifests`: loading them, built in or from a directory.
@@ -19,6 +21,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod credentials_check;
 pub mod doctor;
 pub mod embedded;
 pub mod local;

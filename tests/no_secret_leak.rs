@@ -1,10 +1,10 @@
 //! No credential value ever appears in a log line (at trace level, every crate), an Event, a status field
-//! or an error. Its own test binary: it installs the process-wide log subscriber.
+//! or an error, the credentials check's (which sends them to a token endpoint) included. Its own test binary: it installs the process-wide log subscriber.
 
 mod common;
 
 use base64::Engine as _;
-use btp_api::{names, Reason};
+use btp_api::{names, CredentialsReason, Reason};
 use btp_manager::config::Config;
 use common::*;
 use k8s_openapi::api::core::v1::Event;
@@ -38,13 +38,30 @@ async fn the_canary_credential_appears_nowhere() {
         .json()
         .init();
 
-    let env = Env::start(Config::default(), true).await;
-    let mut creds = credentials();
-    creds["clientsecret"] = serde_json::json!(CANARY);
+    // The credentials check runs too, against the test kit's token endpoint, which accepts the canary.
+    let endpoint = common::token_endpoint::StandIn::start(&format!("{CANARY}-id"), CANARY)
+        .await
+        .unwrap();
+    let config = Config {
+        credentials_check_ca_bundle: endpoint.ca_pem.clone(),
+        ..Config::default()
+    };
+    let options = StartOptions {
+        credentials_check: true,
+        ..StartOptions::default()
+    };
+    let env = Env::start_with(config, true, options).await;
+    let mut creds = common::token_endpoint::credentials_at(&endpoint, CANARY);
     creds["clientid"] = serde_json::json!(format!("{CANARY}-id"));
     env.create_secret(creds, true).await;
     env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
     let ready = env.wait_cr(Reason::ReconcileSucceeded, 10).await;
+    let issued = common::token_endpoint::wait_credentials(&env, CredentialsReason::TokenIssued, 15).await;
+    // The endpoint refuses the canary now (a rotation in SAP BTP): the refusal's path produces messages too.
+    endpoint.accept("someone-else", "another-secret");
+    env.patch_secret(serde_json::json!({"stringData": {"tokenurlsuffix": "/oauth/token?again"}}))
+        .await;
+    let refused = common::token_endpoint::wait_credentials(&env, CredentialsReason::Unauthorized, 15).await;
 
     // Break the Secret (a key removed, a value emptied) and repair it: error paths produce messages too.
     env.patch_secret(serde_json::json!({"data": {"cluster_id": null, "sm_url": ""}}))
@@ -59,7 +76,7 @@ async fn the_canary_credential_appears_nowhere() {
     let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
     let leaked = |text: &str| text.contains(CANARY) || text.contains(&b64);
 
-    for cr in [&ready, &error] {
+    for cr in [&ready, &issued, &refused, &error] {
         let status = serde_json::to_string(&cr.status).unwrap();
         assert!(!leaked(&status), "status leaks the credential: {status}");
     }

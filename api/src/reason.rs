@@ -203,8 +203,9 @@ pub fn status_reasons_markdown() -> String {
     }
     out.push_str(
         "\n\"(legacy)\": defined by the Go manager, never written by this one. `Ready` is the status of the `Ready` \
-         condition: `True` only in state `Ready`.\n",
+         condition: `True` only in state `Ready`.\n\n",
     );
+    out.push_str(&crate::credentials::credentials_reasons_markdown());
     out
 }
 

@@ -147,7 +147,9 @@ impl BtpOperator {
                     "served": true,
                     "storage": true,
                     "additionalPrinterColumns": [
-                        {"name": "State", "type": "string", "jsonPath": ".status.state"}
+                        {"name": "State", "type": "string", "jsonPath": ".status.state"},
+                        {"name": "Credentials", "type": "string",
+                         "jsonPath": ".status.conditions[?(@.type==\"CredentialsValid\")].reason"}
                     ],
                     "schema": {"openAPIV3Schema": schema},
                     "subresources": {"status": {}}
@@ -163,7 +165,8 @@ impl BtpOperator {
 pub struct BtpOperatorStatus {
     /// One of `Processing`, `Deleting`, `Ready`, `Error`, `Warning`.
     pub state: State,
-    /// Exactly one condition type is used: `Ready`.
+    /// `Ready` (the state's condition) and `CredentialsValid` (whether the credentials Secret's token
+    /// endpoint issues a token).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -212,12 +215,13 @@ pub enum ConditionStatus {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// Condition type; the manager uses only `Ready`.
+    /// Condition type: `Ready` or `CredentialsValid`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: ConditionStatus,
-    /// CamelCase reason (one of the 30 in [`crate::Reason`]).
+    /// CamelCase reason (`Ready`: one of the 30 in [`crate::Reason`]; `CredentialsValid`: one of
+    /// [`crate::CredentialsReason`]).
     #[schemars(
         length(min = 1, max = 1024),
         regex(pattern = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
@@ -266,9 +270,14 @@ mod tests {
         assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
         assert!(v.subresources.as_ref().and_then(|s| s.scale.as_ref()).is_none());
         let cols = v.additional_printer_columns.as_ref().unwrap();
-        assert_eq!(cols.len(), 1);
+        assert_eq!(cols.len(), 2);
         assert_eq!(cols[0].name, "State");
         assert_eq!(cols[0].json_path, ".status.state");
+        assert_eq!(cols[1].name, "Credentials");
+        assert_eq!(
+            cols[1].json_path,
+            r#".status.conditions[?(@.type=="CredentialsValid")].reason"#
+        );
         let schema = serde_json::to_value(v.schema.as_ref().unwrap()).unwrap();
         let props = &schema["openAPIV3Schema"]["properties"];
         assert_eq!(props["spec"]["nullable"], true);

@@ -93,7 +93,7 @@ mod tests {
     #[test]
     fn the_tables_have_a_row_per_key() {
         let flags = reconciler_flags_table();
-        assert_eq!(flags.lines().count(), 2 + 15, "{flags}");
+        assert_eq!(flags.lines().count(), 2 + 17, "{flags}");
         assert!(
             flags.contains("| `--resources-path DIR` | | built in | the operand's manifests"),
             "{flags}"
@@ -104,7 +104,7 @@ mod tests {
         );
         assert!(flags.contains("| `--ready-timeout` | | `5m` |"), "{flags}");
         let keys = configmap_table();
-        assert_eq!(keys.lines().count(), 2 + 23, "{keys}");
+        assert_eq!(keys.lines().count(), 2 + 25, "{keys}");
         assert!(keys.contains("| `ChartNamespace` | `kyma-system` | at start | as `--chart-namespace` |"));
         assert!(
             keys.contains("| `ChartPath` | | not used | the chart version ships"),

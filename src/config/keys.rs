@@ -45,6 +45,10 @@ pub struct Config {
     pub expiration_boundary: Duration,
     /// Key algorithm for the operand's certificates.
     pub key_algorithm: btp_certs::KeyAlgorithm,
+    /// How often the credentials are checked at the token endpoint; zero: never.
+    pub credentials_check_interval: Duration,
+    /// PEM certificates the credentials check trusts besides the system roots.
+    pub credentials_check_ca_bundle: String,
 }
 
 /// When a change of a key takes effect.
@@ -358,6 +362,28 @@ pub const RSA_KEY_BITS: Key = Key::new(
     ),
 )
 .documented("(unset)");
+/// `CredentialsCheckInterval`, `--credentials-check-interval`.
+pub const CREDENTIALS_CHECK_INTERVAL: Key = Key::new(
+    "CredentialsCheckInterval",
+    "--credentials-check-interval",
+    AtRuntime,
+    "how often the leading manager asks the token endpoint for a token with the credentials Secret's values \
+     (condition `CredentialsValid`); a Secret change is checked at once; `0`: never",
+    Field::Duration(|c| &mut c.credentials_check_interval),
+)
+.with_default("1h")
+.with_note("`0`: no check (`CredentialsValid` is `Unknown/Disabled`)");
+/// `CredentialsCheckCABundle`, `--credentials-check-ca-bundle`.
+pub const CREDENTIALS_CHECK_CA_BUNDLE: Key = Key::new(
+    "CredentialsCheckCABundle",
+    "--credentials-check-ca-bundle",
+    AtRuntime,
+    "PEM certificates the credentials check trusts besides the system roots (a token endpoint behind a private \
+     CA or a TLS-inspecting proxy)",
+    Field::Text(|c| &mut c.credentials_check_ca_bundle),
+)
+.documented("none")
+.with_note("a change checks the credentials again at once");
 /// `ChartPath`, `--chart-path` (Go manager; not used).
 pub const CHART_PATH: Key = Key::new(
     "ChartPath",
@@ -399,7 +425,7 @@ pub const PROBE_INTERVAL: Key = Key::new(
     "ProbeInterval",
     "--probe-interval",
     NotUsed,
-    "the CA-bundle probe is not part of this manager",
+    "the Go manager's CA-bundle probe Job is replaced by the credentials check (`CredentialsCheckInterval`)",
     Field::Outside,
 )
 .with_default("1h");
@@ -425,7 +451,7 @@ pub const RBAC_PROXY_IMAGE: Key = Key::new(
 .documented("none");
 
 /// Every key, in the order docs/configuration.md lists them.
-pub static KEYS: [Key; 25] = [
+pub static KEYS: [Key; 27] = [
     CHART_NAMESPACE,
     SECRET_NAME,
     CONFIG_NAME,
@@ -444,6 +470,8 @@ pub static KEYS: [Key; 25] = [
     EXPIRATION_BOUNDARY,
     KEY_ALGORITHM,
     RSA_KEY_BITS,
+    CREDENTIALS_CHECK_INTERVAL,
+    CREDENTIALS_CHECK_CA_BUNDLE,
     CHART_PATH,
     READY_CHECK_INTERVAL,
     STATUS_UPDATE_TIMEOUT,
@@ -484,6 +512,8 @@ impl Default for Config {
             webhook_certificate_expiration: Duration::ZERO,
             expiration_boundary: Duration::ZERO,
             key_algorithm: btp_certs::KeyAlgorithm::default(),
+            credentials_check_interval: Duration::ZERO,
+            credentials_check_ca_bundle: String::new(),
         };
         for key in KEYS.iter().filter(|k| !k.default.is_empty() && k.applies != NotUsed) {
             // Every default applies: a unit test proves it.
@@ -585,6 +615,8 @@ mod tests {
         assert_eq!(c.enable_limited_cache, "true");
         assert_eq!(c.ca_certificate_expiration, Duration::from_secs(87_600 * 3600));
         assert_eq!(c.expiration_boundary, Duration::from_secs(168 * 3600));
+        assert_eq!(c.credentials_check_interval, Duration::from_secs(3600));
+        assert_eq!(c.credentials_check_ca_bundle, "");
         // The operand's certificates default as btp_certs does.
         let certs = btp_certs::operand::Settings::default();
         assert_eq!(c.ca_certificate_expiration, certs.ca_validity);
@@ -596,7 +628,7 @@ mod tests {
     #[test]
     fn names_and_flags_are_unique_and_only_start_keys_wait() {
         let names: Vec<&str> = configmap_keys().map(|k| k.name).collect();
-        assert_eq!(names.len(), 23);
+        assert_eq!(names.len(), 25);
         assert_eq!(names.iter().collect::<BTreeSet<_>>().len(), names.len(), "{names:?}");
         let flags: Vec<&str> = KEYS.iter().map(|k| k.flag).filter(|f| !f.is_empty()).collect();
         assert_eq!(flags.iter().collect::<BTreeSet<_>>().len(), flags.len(), "{flags:?}");
@@ -702,7 +734,8 @@ mod tests {
         assert_eq!(not_used, ["ProbeInterval"]);
         assert_eq!(
             problems[1].reason,
-            "not used: the CA-bundle probe is not part of this manager"
+            "not used: the Go manager's CA-bundle probe Job is replaced by the credentials check \
+             (`CredentialsCheckInterval`)"
         );
     }
 }

@@ -61,6 +61,8 @@ struct Term {
     required_secret: RwLock<Option<(String, String, Store<Secret>)>>,
     /// The watch-fed copies passes read (`controller::run` starts them with the term).
     caches: RwLock<Option<Arc<super::cache::Caches>>>,
+    /// What passes hand the credentials check, and its verdicts ([`crate::credentials_check`]).
+    credentials_check: Arc<crate::credentials_check::Exchange>,
 }
 
 impl Term {
@@ -74,6 +76,7 @@ impl Term {
             operand_secrets: RwLock::new(None),
             required_secret: RwLock::new(None),
             caches: RwLock::new(None),
+            credentials_check: Arc::default(),
         }
     }
 }
@@ -199,6 +202,11 @@ impl Context {
             return None;
         }
         super::cache::listed(&store).then(|| store.get(&ObjectRef::new(name).within(namespace)).map(|s| (*s).clone()))
+    }
+
+    /// This term's exchange with the credentials check: passes hand it what they read, and write its verdict.
+    pub fn credentials_check(&self) -> Arc<crate::credentials_check::Exchange> {
+        self.term().credentials_check.clone()
     }
 
     /// Publish an Event on `reference` in the background ([`super::events`]): the pass goes on at once; a

@@ -101,6 +101,20 @@ fn settings_changes(
     })
 }
 
+/// A reconcile of the CR for every new verdict of the credentials check (deferred, never dropped, while a
+/// failed pass waits for its retry: [`super::gate::Gate`]).
+fn verdict_changes(
+    ctx: &Arc<Context>,
+    verdicts: watch::Receiver<Option<crate::credentials_check::Verdict>>,
+) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
+    let wake = waker(ctx);
+    futures::stream::unfold(verdicts, |mut verdicts| async move {
+        verdicts.changed().await.ok()?;
+        Some(((), verdicts))
+    })
+    .filter_map(move |()| std::future::ready(wake(())))
+}
+
 /// Keep the context's store of operand Secrets (metadata only, only ours, in every namespace) current,
 /// as the Go manager's label-filtered informer cache does: drift reads it on every pass, and a pass then
 /// costs nothing that grows with the cluster's other Secrets.
@@ -198,6 +212,14 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     // Ends with this controller, however it ends (a dropped future included).
     let _config_task = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags)));
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+    // The credentials check of this term (only the leader runs a term): a new verdict brings a pass, which
+    // writes it.
+    let exchange = ctx.credentials_check();
+    let credentials_verdicts = verdict_changes(&ctx, exchange.verdicts());
+    let _credentials_check = crate::tasks::AbortOnDrop::new(tokio::spawn(crate::credentials_check::runner::run(
+        exchange,
+        ctx.metrics.credentials_check(),
+    )));
     let _operand_secrets = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_operand_secrets(ctx.clone())));
 
     // The CR, without the updates that change only its status: the manager's own status writes must not
@@ -250,6 +272,7 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         // namespace): edits and deletions are reverted, a Deployment that becomes available is seen.
         .reconcile_on(module_changes)
         .reconcile_on(triggered)
+        .reconcile_on(credentials_verdicts)
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown.clone())

@@ -116,6 +116,7 @@ pub struct ReconcileMetrics {
     state: Family<StateLabel, Gauge>,
     last_success: Gauge<f64, AtomicU64>,
     certificates: CertificateExpiry,
+    credentials_check: crate::credentials_check::runner::CheckMetrics,
 }
 
 impl ReconcileMetrics {
@@ -180,6 +181,7 @@ impl ReconcileMetrics {
             "When each webhook certificate expires (Unix time): manager-ca, manager-leaf, operand-ca, operand-leaf",
             certificates.0.clone(),
         );
+        let credentials_check = crate::credentials_check::runner::CheckMetrics::register(registry);
         Self {
             time,
             total,
@@ -189,6 +191,7 @@ impl ReconcileMetrics {
             state,
             last_success,
             certificates,
+            credentials_check,
         }
     }
 
@@ -203,7 +206,13 @@ impl ReconcileMetrics {
         self.leader.set(i64::from(leading));
         if !leading {
             self.state.clear();
+            self.credentials_check.clear();
         }
+    }
+
+    /// The credentials check's metrics.
+    pub fn credentials_check(&self) -> crate::credentials_check::runner::CheckMetrics {
+        self.credentials_check.clone()
     }
 
     /// Whether this replica leads.

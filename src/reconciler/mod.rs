@@ -6,7 +6,8 @@
 //! apply, readiness, `Ready`. A pass never sleeps: it returns, and watches ([`controller`]) bring it back.
 //!
 //! Where to find what:
-//! - decisions, pure and unit-tested: [`status`] (the condition), [`credentials`] (the required Secret),
+//! - decisions, pure and unit-tested: [`status`] (the condition), [`credentials_condition`] (the
+//!   `CredentialsValid` condition), [`credentials`] (the required Secret),
 //!   [`drift`] (cluster ID and credentials namespace), [`resources`] (preparing the manifests),
 //!   [`network_policies`], [`waves`] (the order of the apply), [`readiness`] (operand readiness and
 //!   `ReadyTimeout`), [`requeue`] (when a pass comes back, error backoff), [`deprovision_plan`] (the deletion
@@ -25,6 +26,7 @@ pub mod context;
 pub mod controller;
 pub mod converge;
 pub mod credentials;
+pub mod credentials_condition;
 pub mod deprovision;
 pub mod deprovision_plan;
 pub mod drift;

@@ -79,7 +79,12 @@ async fn reconcile_once(
         tracing::debug!(name = %cr.name_any(), "operation annotation is ignore: leaving the CR alone");
         return Ok(None);
     }
-    let mut status = StatusWriter::new(ctx, cr);
+    let deleting = cr.meta().deletion_timestamp.is_some();
+    // The credentials check's verdict goes with the status of a live, valid CR (docs/behaviour.md#credentials-check).
+    let credentials = (is_valid(cr) && !deleting)
+        .then(|| ctx.credentials_check().verdict(&settings.config))
+        .flatten();
+    let mut status = StatusWriter::new(ctx, cr).with_credentials(credentials);
     if !is_valid(cr) {
         status
             .set(Outcome::new(
@@ -92,14 +97,19 @@ async fn reconcile_once(
     // What alerts read: the CR's state as it is now (a new leader learns it here; `StatusWriter::set` keeps
     // it current, and removing the finalizer removes it).
     ctx.metrics.cr_state(status.state().map(btp_api::State::as_str));
-    let end = if cr.meta().deletion_timestamp.is_some() {
+    let end = if deleting {
         deprovision::run(ctx, settings, cr, &mut status).await
     } else {
         ctx.memory(|m| m.end_deletion());
-        provision::run(ctx, settings, cr, &mut status).await
+        let end = provision::run(ctx, settings, cr, &mut status).await;
+        super::credentials_condition::hand_over(ctx, settings);
+        end
     };
     if let Some(outcome) = end.report() {
         status.set(outcome.clone()).await?;
+    }
+    if !matches!(end, End::Fail(_)) {
+        status.write_credentials().await?;
     }
     let delay = match end {
         End::Fail(e) => return Err(e),

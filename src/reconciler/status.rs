@@ -1,4 +1,4 @@
-//! Status rules (docs/behaviour.md#the-btpoperator-resource, #status-protocol): one `Ready` condition, upserted by type, `lastTransitionTime`
+//! Status rules (docs/behaviour.md#the-btpoperator-resource, #status-protocol): one `Ready` condition, upserted by type (first), `lastTransitionTime`
 //! changed only when the condition status flips, `observedGeneration` = the CR's generation. Pure.
 
 use btp_api::{BtpOperatorStatus, Condition, Reason, State};
@@ -58,10 +58,12 @@ pub fn next_status(
         last_transition_time,
         observed_generation: generation,
     };
-    let mut conditions: Vec<Condition> = current
-        .map(|s| s.conditions.iter().filter(|c| c.type_ != READY).cloned().collect())
-        .unwrap_or_default();
-    conditions.push(condition);
+    // Upserted in place: the other condition (`CredentialsValid`) keeps its place after `Ready`.
+    let mut conditions: Vec<Condition> = current.map(|s| s.conditions.clone()).unwrap_or_default();
+    match conditions.iter().position(|c| c.type_ == READY) {
+        Some(i) => conditions[i] = condition,
+        None => conditions.insert(0, condition),
+    }
     Some(BtpOperatorStatus { state, conditions })
 }
 

@@ -1,7 +1,9 @@
 //! Writing the CR's status: only when it changes ([`super::status::next_status`]), with an Event on every
-//! state change (published in the background, [`super::events`]).
+//! state change (published in the background, [`super::events`]). The `CredentialsValid` condition
+//! ([`super::credentials_condition`]) goes with it, with an Event on every change of its reason.
 
 use super::context::Context;
+use super::credentials_condition;
 use super::error::{api_err, ApiError};
 use super::status::{self, Outcome};
 use btp_api::{BtpOperator, BtpOperatorStatus, Reason, State};
@@ -16,6 +18,8 @@ pub struct StatusWriter<'a> {
     api: Api<BtpOperator>,
     cr: &'a BtpOperator,
     current: Option<BtpOperatorStatus>,
+    /// The credentials check's verdict this pass writes (None: the condition is left as it is).
+    credentials: Option<crate::credentials_check::Verdict>,
 }
 
 fn now_rfc3339() -> String {
@@ -33,19 +37,38 @@ impl<'a> StatusWriter<'a> {
             api: Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default()),
             cr,
             current: cr.status.clone(),
+            credentials: None,
+        }
+    }
+
+    /// Write `verdict` as the `CredentialsValid` condition with every status this writer writes
+    /// ([`StatusWriter::write_credentials`] writes it alone).
+    pub fn with_credentials(mut self, verdict: Option<crate::credentials_check::Verdict>) -> Self {
+        self.credentials = verdict;
+        self
+    }
+
+    /// Write the `CredentialsValid` condition if it changed (and the status exists).
+    pub async fn write_credentials(&mut self) -> Result<(), ApiError> {
+        match credentials_condition::apply(self.current.as_ref(), self.credentials.as_ref(), &now_rfc3339()) {
+            Some(next) => self.write(next, None).await,
+            None => Ok(()),
         }
     }
 
     /// Report `outcome`: write the status if it differs, and publish an Event if the state changes.
     pub async fn set(&mut self, outcome: Outcome) -> Result<(), ApiError> {
-        let Some(next) = status::next_status(
-            self.current.as_ref(),
-            &outcome,
-            self.cr.meta().generation,
-            &now_rfc3339(),
-        ) else {
+        let now = now_rfc3339();
+        let ready = status::next_status(self.current.as_ref(), &outcome, self.cr.meta().generation, &now);
+        let base = ready.as_ref().or(self.current.as_ref());
+        let Some(next) = credentials_condition::apply(base, self.credentials.as_ref(), &now).or(ready) else {
             return Ok(());
         };
+        self.write(next, Some(&outcome)).await
+    }
+
+    /// Patch the status to `next`; Events for a new state (`outcome` says why) and a new credentials reason.
+    async fn write(&mut self, next: BtpOperatorStatus, outcome: Option<&Outcome>) -> Result<(), ApiError> {
         let patch = Patch::Merge(json!({ "status": next }));
         let name = self.cr.name_any();
         let patch_params = PatchParams::default();
@@ -53,7 +76,7 @@ impl<'a> StatusWriter<'a> {
             .await
             .map_err(api_err("writing the BtpOperator status"))?;
         let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state);
-        if changed_state {
+        if let (true, Some(outcome)) = (changed_state, outcome) {
             let type_ = match next.state {
                 State::Error | State::Warning => EventType::Warning,
                 _ => EventType::Normal,
@@ -67,6 +90,24 @@ impl<'a> StatusWriter<'a> {
             };
             self.ctx.publish(event, self.cr.object_ref(&()));
             tracing::info!(state = next.state.as_str(), reason = %outcome.reason, detail = %outcome.message, "BtpOperator state changed");
+        }
+        let credentials = credentials_condition::reason(Some(&next));
+        if let (true, Some(verdict)) = (
+            credentials != credentials_condition::reason(self.current.as_ref()),
+            &self.credentials,
+        ) {
+            let event = Event {
+                type_: match verdict.status() {
+                    btp_api::ConditionStatus::False => EventType::Warning,
+                    _ => EventType::Normal,
+                },
+                reason: verdict.reason.as_str().into(),
+                note: Some(format!("{}: {}", btp_api::CREDENTIALS_VALID, verdict.message)),
+                action: "CheckCredentials".into(),
+                secondary: None,
+            };
+            self.ctx.publish(event, self.cr.object_ref(&()));
+            tracing::info!(reason = %verdict.reason, "BtpOperator CredentialsValid changed");
         }
         self.ctx.metrics.cr_state(Some(next.state.as_str()));
         self.current = Some(next);

@@ -11,6 +11,7 @@
 pub mod eventually;
 pub mod install;
 pub mod operand;
+pub mod token_endpoint;
 
 pub use eventually::*;
 
@@ -78,6 +79,10 @@ pub struct StartOptions {
     /// Whether the harness runs the reconciler itself (false: the test starts the manager its own way,
     /// e.g. through `ManagerBuilder` with leader election, using `Env::manager_client`).
     pub reconcile: bool,
+    /// Whether the credentials check runs with the configuration's interval. Off by default: the suites'
+    /// Secrets name token endpoints that do not exist, and tests reach nothing beyond loopback; the tests of
+    /// the check bring their own endpoint (`token_endpoint`).
+    pub credentials_check: bool,
 }
 
 impl Default for StartOptions {
@@ -85,6 +90,7 @@ impl Default for StartOptions {
         Self {
             manager_user: None,
             reconcile: true,
+            credentials_check: false,
         }
     }
 }
@@ -151,6 +157,14 @@ impl Env {
 
     /// As `start`, with the manager's identity and whether the harness runs the reconciler.
     pub async fn start_with(config: Config, deployments_become_available: bool, options: StartOptions) -> Self {
+        let config = if options.credentials_check {
+            config
+        } else {
+            Config {
+                credentials_check_interval: Duration::ZERO,
+                ..config
+            }
+        };
         let (server, serial, client, config_of_admin) = connect().await;
         // The manager's client is built as the manager builds it (one retry layer: the reconciler's).
         let manager_config = match (&server, &options.manager_user) {

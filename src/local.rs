@@ -4,12 +4,15 @@
 //! of `deploy/` (ServiceAccount, RBAC, Services, Deployment: a cluster as `kubectl apply -k deploy/` leaves it,
 //! with this process as the manager's Pod, authenticated as its ServiceAccount and leader-elected), registers
 //! the webhook configurations (pointing at the in-process webhook server on loopback), runs the reconciler,
-//! creates an example credentials Secret (dummy values) and the `BtpOperator`, plays the Deployment controller
-//! and the kubelet, serves metrics and health endpoints, and prints every state change of the CR on stdout
+//! creates an example credentials Secret (dummy values, its `tokenurl` at a stand-in token endpoint on loopback
+//! whose CA goes into `CredentialsCheckCABundle`, so that the credentials check issues a token) and the
+//! `BtpOperator`, plays the Deployment controller and the kubelet, serves metrics and health endpoints, and
+//! prints every state change of the CR and of its `CredentialsValid` condition on stdout
 //! (logs go to stderr, warnings only unless `RUST_LOG` says otherwise). `btp-manager doctor` passes on it.
 
 use crate::app;
 use crate::cli::LocalArgs;
+use crate::credentials_check::stand_in::StandIn;
 use crate::manager::webhooks::reachable;
 use crate::manager::{manager_client, ManagerBuilder, Options};
 use crate::telemetry::kube_message;
@@ -23,6 +26,10 @@ use kube::api::{Api, PostParams};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use std::time::Instant;
 use tokio::sync::watch;
+
+/// The example Secret's `clientid` and `clientsecret` (dummy values the stand-in token endpoint accepts).
+const EXAMPLE_CLIENT_ID: &str = "dummy-client-id";
+const EXAMPLE_CLIENT_SECRET: &str = "dummy-client-secret";
 
 fn say(started: Instant, line: impl std::fmt::Display) {
     println!("[{:>7.3}s] {line}", started.elapsed().as_secs_f64());
@@ -95,10 +102,27 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     // Wired as `run` wires it (leader-elected, as the shipped Deployment runs it), with the webhooks on
     // loopback (an ephemeral port unless told otherwise), registered by URL with a certificate for that
     // address.
+    // The credentials check asks a stand-in token endpoint on loopback that accepts the example's credentials,
+    // trusted through CredentialsCheckCABundle (after whatever bundle the flags give).
+    let token_endpoint = StandIn::start(EXAMPLE_CLIENT_ID, EXAMPLE_CLIENT_SECRET)
+        .await
+        .context("starting the stand-in token endpoint")?;
+    let mut options = Options::local(&args);
+    let bundle = &mut options.config.credentials_check_ca_bundle;
+    *bundle = format!(
+        "{bundle}{}{}",
+        if bundle.is_empty() { "" } else { "\n" },
+        token_endpoint.ca_pem
+    );
+    say(
+        started,
+        format_args!(
+            "stand-in token endpoint at {} (the example Secret's tokenurl; its CA is in CredentialsCheckCABundle)",
+            token_endpoint.url
+        ),
+    );
     let (term_tx, term_rx) = watch::channel(false);
-    let running = ManagerBuilder::new(manager, Options::local(&args))?
-        .start(term_rx.clone())
-        .await?;
+    let running = ManagerBuilder::new(manager, options)?.start(term_rx.clone()).await?;
     say(
         started,
         format_args!(
@@ -140,8 +164,8 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": rec.secret_name, "namespace": rec.chart_namespace,
                      "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
-        "stringData": {"clientid": "dummy-client-id", "clientsecret": "dummy-client-secret",
-                       "sm_url": "https://service-manager.example.com", "tokenurl": "https://auth.example.com",
+        "stringData": {"clientid": EXAMPLE_CLIENT_ID, "clientsecret": EXAMPLE_CLIENT_SECRET,
+                       "sm_url": "https://service-manager.example.com", "tokenurl": token_endpoint.url,
                        "cluster_id": "local-cluster"}
     }))?;
     Api::<Secret>::namespaced(client.clone(), &rec.chart_namespace)
@@ -171,10 +195,12 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     running.kill().await;
     // Dropping the handle stops the server; waiting for it would wait on clients' open watches.
     drop(server);
+    drop(token_endpoint);
     outcome
 }
 
-/// Print every state change of the CR; with `--once` return when it is Ready (or fails).
+/// Print every state change of the CR and of its `CredentialsValid` condition; with `--once` return when it is
+/// Ready with a `CredentialsValid` condition (or fails).
 async fn follow(
     started: Instant,
     crs: Api<BtpOperator>,
@@ -184,6 +210,7 @@ async fn follow(
     let config = watcher::Config::default().fields(&format!("metadata.name={}", names::BTP_OPERATOR_NAME));
     let mut events = watcher(crs, config).default_backoff().boxed();
     let mut last: Option<(String, String)> = None;
+    let mut last_credentials: Option<(String, String)> = None;
     let deadline = tokio::time::sleep(args.timeout);
     tokio::pin!(deadline);
     let mut ctrl_c = std::pin::pin!(app::wait_for_signal());
@@ -202,6 +229,25 @@ async fn follow(
             continue;
         };
         let Some(status) = cr.status else { continue };
+        let credentials = status.conditions.iter().find(|c| c.type_ == btp_api::CREDENTIALS_VALID);
+        let now_credentials = credentials.map(|c| (format!("{:?}", c.status), c.reason.clone()));
+        if let (Some(c), true) = (credentials, now_credentials != last_credentials) {
+            say(
+                started,
+                format_args!(
+                    "BtpOperator kyma-system/btpoperator: CredentialsValid {} / {} — {}",
+                    now_credentials.as_ref().map_or("", |n| n.0.as_str()),
+                    c.reason,
+                    c.message
+                ),
+            );
+            last_credentials = now_credentials;
+        }
+        // `--once` ends at Ready once the credentials check has said something too.
+        let done = status.state == btp_api::State::Ready && last_credentials.is_some();
+        if args.once && done && last.as_ref().is_some_and(|(state, _)| state == "Ready") {
+            return Ok(());
+        }
         let condition = status.conditions.iter().find(|c| c.type_ == "Ready");
         let now = (
             status.state.as_str().to_string(),
@@ -218,7 +264,7 @@ async fn follow(
         last = Some(now.clone());
         if args.once {
             match now.0.as_str() {
-                "Ready" => return Ok(()),
+                "Ready" if done => return Ok(()),
                 "Error" => anyhow::bail!("BtpOperator failed: {} — {message}", now.1),
                 _ => {}
             }

@@ -108,6 +108,8 @@ impl Pod {
             format!("--webhook-bind-address=127.0.0.1:{webhook_port}"),
             format!("--metrics-bind-address=127.0.0.1:{}", free_port()),
             format!("--health-probe-bind-address=127.0.0.1:{}", free_port()),
+            // Tests reach nothing beyond loopback: the Secret's token endpoint does not exist.
+            "--credentials-check-interval=0".to_string(),
         ]);
         // The mount namespace: a read-only root, the ServiceAccount volume on a fresh /run; then the user.
         let script = format!(

@@ -55,6 +55,12 @@ fn local_once_reaches_ready_and_shows_the_webhook_refusal() {
         stdout.contains("Ready / ReconcileSucceeded — Module provisioning succeeded"),
         "{stdout}"
     );
+    // The credentials check asked the stand-in token endpoint with the example's credentials.
+    assert!(
+        stdout.contains("stand-in token endpoint at https://127.0.0.1:"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("CredentialsValid True / TokenIssued"), "{stdout}");
     // One readable story: the refusal is the API server's message, not a Rust Debug of a Status.
     assert!(!stdout.contains("Status {"), "{stdout}");
     assert!(!stdout.contains("ErrorResponse"), "{stdout}");
@@ -138,8 +144,11 @@ impl Local {
         }
     }
 
-    /// Wait (with a deadline) for a stdout line containing `text`.
+    /// Wait (with a deadline) for a stdout line containing `text` (one read while waiting for another counts).
     async fn wait_for_line(&mut self, text: &str) -> String {
+        if let Some(line) = self.seen.iter().find(|l| l.contains(text)) {
+            return line.clone();
+        }
         let (lines, seen) = (&self.lines, &mut self.seen);
         let found = try_eventually(Duration::from_secs(60), || {
             let mut found = None;
@@ -253,6 +262,8 @@ async fn local_serves_metrics_health_and_webhooks_on_the_given_addresses() {
         "{line}"
     );
     local.wait_for_line("Ready / ReconcileSucceeded").await;
+    // The credentials check has reported (its metrics are exported from its first result on).
+    local.wait_for_line("CredentialsValid True / TokenIssued").await;
 
     assert_eq!(http_get(health, "/healthz"), (200, "ok".into()));
     assert_eq!(http_get(health, "/readyz"), (200, "ok".into()));

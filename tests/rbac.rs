@@ -79,6 +79,8 @@ async fn start_manager(env: &Env) -> Manager {
         "--metrics-bind-address=127.0.0.1:0".into(),
         "--health-probe-bind-address=127.0.0.1:0".into(),
         "--shutdown-drain-delay=0s".into(),
+        // Tests reach nothing beyond loopback: the Secret's token endpoint does not exist.
+        "--credentials-check-interval=0".into(),
     ]);
     let mut options = Options::run(&args);
     // Outside the cluster whatever the environment says: reached at https://127.0.0.1:<bound port>.

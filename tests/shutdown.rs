@@ -80,6 +80,8 @@ impl Replica {
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
             .args(["run", "--leader-elect", "--shutdown-drain-delay", DRAIN])
+            // Tests reach nothing beyond loopback: the Secret's token endpoint does not exist.
+            .arg("--credentials-check-interval=0")
             .arg(format!(
                 "--leader-election-lease-duration={}s",
                 LEASE_DURATION.as_secs()

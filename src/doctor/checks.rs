@@ -2,7 +2,7 @@
 //! returns a [`Check`] whose message names what was found and whose fix says what to do.
 
 use super::report::Check;
-use btp_api::{Reason, State};
+use btp_api::{ConditionStatus, CredentialsReason, Reason, State};
 use std::time::{Duration, SystemTime};
 
 /// Certificates closer to expiry than this are a warning (the alerts' threshold, `deploy/monitoring/`).
@@ -296,6 +296,27 @@ pub fn cr(found: Option<(Option<State>, Option<&str>, Option<&str>)>) -> Check {
     }
 }
 
+/// The `CredentialsValid` condition (status, reason, message): whether the Secret's token endpoint issued a
+/// token for its credentials, with what the reason table says to do.
+pub fn credentials(found: Option<(ConditionStatus, &str, &str)>) -> Check {
+    const NAME: &str = "credentials";
+    let Some((status, reason, message)) = found else {
+        return Check::warn(
+            NAME,
+            "no CredentialsValid condition: the credentials have not been checked yet",
+            "wait for the leading manager's first check (it follows the first reconcile); see docs/behaviour.md#credentials-check",
+        );
+    };
+    let known = CredentialsReason::ALL.into_iter().find(|r| r.as_str() == reason);
+    let todo = known.map_or("see docs/status-reasons.md#credentialsvalid", |r| r.what_to_do());
+    let summary = format!("CredentialsValid {status:?} / {reason}: {message}");
+    match (status, known) {
+        (ConditionStatus::True, _) | (_, Some(CredentialsReason::Disabled)) => Check::pass(NAME, summary),
+        (ConditionStatus::False, _) => Check::fail(NAME, summary, todo),
+        (ConditionStatus::Unknown, _) => Check::warn(NAME, summary, todo),
+    }
+}
+
 /// The credentials Secret: present, labelled, with every key (its values are never read into the report).
 pub fn secret(found: bool, labelled: bool, missing_keys: &[&str]) -> Check {
     if !found {
@@ -457,6 +478,27 @@ mod tests {
         assert_eq!(error.verdict, Verdict::Fail);
         assert_eq!(error.fix.as_deref(), Some(Reason::InvalidSecret.what_to_do()));
         assert_eq!(cr(None).verdict, Verdict::Warn);
+    }
+
+    #[test]
+    fn the_credentials_condition_maps_to_a_verdict_with_what_to_do() {
+        let issued = credentials(Some((ConditionStatus::True, "TokenIssued", "ok")));
+        assert_eq!(issued.verdict, Verdict::Pass);
+        let refused = credentials(Some((ConditionStatus::False, "Unauthorized", "refused")));
+        assert_eq!(refused.verdict, Verdict::Fail);
+        assert_eq!(
+            refused.fix.as_deref(),
+            Some(CredentialsReason::Unauthorized.what_to_do())
+        );
+        assert_eq!(
+            credentials(Some((ConditionStatus::Unknown, "Disabled", "off"))).verdict,
+            Verdict::Pass
+        );
+        assert_eq!(
+            credentials(Some((ConditionStatus::Unknown, "NotChecked", "no Secret"))).verdict,
+            Verdict::Warn
+        );
+        assert_eq!(credentials(None).verdict, Verdict::Warn);
     }
 
     #[test]

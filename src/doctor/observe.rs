@@ -358,6 +358,10 @@ async fn credentials_and_cr(client: &kube::Client, ns: &str) -> Vec<Check> {
     if cr.metadata.deletion_timestamp.is_some() {
         return out;
     }
+    let credentials = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == btp_api::CREDENTIALS_VALID));
+    out.push(checks::credentials(
+        credentials.map(|c| (c.status, c.reason.as_str(), c.message.as_str())),
+    ));
     out.extend(operand(client, ns, &cr).await);
     out
 }

@@ -4,6 +4,7 @@
 
 use super::{credentials, eventually, Env};
 use btp_api::{names, BtpOperator, CredentialsReason, CREDENTIALS_VALID};
+#[allow(unused_imports)]
 pub use btp_manager::credentials_check::stand_in::{Behaviour, StandIn};
 use std::time::Duration;
 

@@ -1145,6 +1145,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
         StartOptions {
             manager_user: Some(MANAGER_USER.into()),
             reconcile: false,
+            ..StartOptions::default()
         },
     )
     .await;
@@ -1167,6 +1168,7 @@ async fn a_shutdown_before_the_first_list_of_crs_stops_at_once() {
         StartOptions {
             manager_user: Some(MANAGER_USER.into()),
             reconcile: false,
+            ..StartOptions::default()
         },
     )
     .await;

@@ -397,6 +397,7 @@ async fn the_shipped_rbac_allows_every_request_the_manager_makes_and_nothing_unu
         StartOptions {
             manager_user: Some(user()),
             reconcile: false,
+            ..StartOptions::default()
         },
     )
     .await;

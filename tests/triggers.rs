@@ -30,6 +30,7 @@ fn options(reconcile: bool) -> StartOptions {
     StartOptions {
         manager_user: Some(MANAGER.into()),
         reconcile,
+        ..StartOptions::default()
     }
 }
 

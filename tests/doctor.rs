@@ -155,6 +155,7 @@ async fn a_healthy_installation_passes_clean_and_doctor_writes_nothing() {
         "admission",
         "secret",
         "btpoperator",
+        "credentials",
         "operand",
         "operand-hooks",
         "netpol",

@@ -414,6 +414,13 @@ async fn kubectl_against_local_sees_ready_and_a_refused_apply() {
     ]);
     assert!(get.status.success(), "{}", String::from_utf8_lossy(&get.stderr));
     assert_eq!(String::from_utf8_lossy(&get.stdout), "Ready");
+    // The table's printer columns: the state, and the credentials check's reason.
+    local.wait_for_line("CredentialsValid True / TokenIssued").await;
+    let table = local.kubectl(&["get", "btpoperators", "-n", "kyma-system"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    let header = table.lines().next().unwrap_or_default();
+    assert!(header.contains("STATE") && header.contains("CREDENTIALS"), "{table}");
+    assert!(table.contains("TokenIssued"), "{table}");
 
     let manifest = local.dir.join("misnamed.yaml");
     std::fs::write(

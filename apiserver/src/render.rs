@@ -46,22 +46,74 @@ pub(crate) fn age(ts: &str) -> String {
     }
 }
 
-/// Evaluates a simple JSONPath (`.status.phase`, `.spec.items[0].name`) for printer columns.
+/// Evaluates a simple JSONPath (`.status.phase`, `.spec.items[0].name`, and a filter on a field's value as
+/// printer columns use it, `.status.conditions[?(@.type=="Ready")].reason`: the first match) for printer columns.
 pub(crate) fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = obj;
-    for part in path.trim_start_matches('.').split('.').filter(|p| !p.is_empty()) {
-        let (key, idx) = match part.split_once('[') {
-            Some((k, rest)) => (k, rest.trim_end_matches(']').parse::<usize>().ok()),
+    for part in path_parts(path.trim_start_matches('.')) {
+        let (key, selector) = match part.split_once('[') {
+            Some((k, rest)) => (k, Some(rest.strip_suffix(']').unwrap_or(rest))),
             None => (part, None),
         };
         if !key.is_empty() {
             cur = cur.get(key)?;
         }
-        if let Some(i) = idx {
-            cur = cur.get(i)?;
+        match selector {
+            None => {}
+            Some(filter) if filter.starts_with("?(@.") => {
+                let (field, wanted) = filter.strip_prefix("?(@.")?.strip_suffix(')')?.split_once("==")?;
+                let wanted = wanted.trim().trim_matches(|c| c == '"' || c == '\'');
+                cur = cur
+                    .as_array()?
+                    .iter()
+                    .find(|item| item.get(field.trim()).and_then(Value::as_str) == Some(wanted))?;
+            }
+            Some(index) => cur = cur.get(index.parse::<usize>().ok()?)?,
         }
     }
     Some(cur)
+}
+
+/// The dot-separated parts of a JSONPath, a dot inside brackets kept in its part.
+fn path_parts(path: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0usize, 0);
+    for (i, c) in path.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            '.' if depth == 0 => {
+                parts.push(&path[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&path[start..]);
+    parts.into_iter().filter(|p| !p.is_empty()).collect()
+}
+
+#[cfg(test)]
+mod json_path_tests {
+    use super::*;
+
+    #[test]
+    fn printer_column_paths_with_indexes_and_filters() {
+        let o = json!({"status": {"state": "Ready", "conditions": [
+            {"type": "Ready", "reason": "ReconcileSucceeded"},
+            {"type": "CredentialsValid", "reason": "TokenIssued"}
+        ]}});
+        assert_eq!(json_path(&o, ".status.state"), Some(&json!("Ready")));
+        assert_eq!(
+            json_path(&o, ".status.conditions[0].reason"),
+            Some(&json!("ReconcileSucceeded"))
+        );
+        assert_eq!(
+            json_path(&o, r#".status.conditions[?(@.type=="CredentialsValid")].reason"#),
+            Some(&json!("TokenIssued"))
+        );
+        assert_eq!(json_path(&o, r#".status.conditions[?(@.type=="Other")].reason"#), None);
+        assert_eq!(json_path(&o, ".status.missing"), None);
+    }
 }
 
 /// The columns of `kubectl get` for a resource: a CRD's `additionalPrinterColumns`; for Deployments the

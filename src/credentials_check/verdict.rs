@@ -16,10 +16,11 @@ pub struct Verdict {
 impl Verdict {
     /// A verdict with `reason` and a message that starts with `what` and ends with what to do.
     pub fn new(reason: CredentialsReason, what: impl std::fmt::Display) -> Self {
-        Self {
-            reason,
-            message: format!("{what}. {}", reason.what_to_do()),
-        }
+        let message = match reason.condition_status() {
+            ConditionStatus::True => format!("{what}."),
+            _ => format!("{what}. {}", reason.what_to_do()),
+        };
+        Self { reason, message }
     }
 
     /// The condition status.
@@ -167,6 +168,10 @@ mod tests {
         assert_eq!(from_answer(503, true).reason, R::Unreachable);
         assert!(from_answer(401, false).message.contains("HTTP 401"));
         assert!(from_answer(401, false).message.contains("Rotate the Secret"));
+        assert_eq!(
+            from_answer(200, true).message,
+            "The token endpoint issued a token for the credentials."
+        );
     }
 
     #[test]

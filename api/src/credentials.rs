@@ -70,7 +70,8 @@ credentials_reasons! {
         "Nothing; set `CredentialsCheckInterval` (for example `1h`) to have the credentials checked.";
     NotChecked => Unknown,
         "The credentials were not checked: the Secret is missing or invalid (the `Ready` condition says why), the \
-         first check has not finished yet, or the Secret asks for a variant the check cannot reproduce.",
+         first check has not finished yet, or the check cannot reproduce the operand's request (a Secret without \
+         `clientsecret`, whose client certificate the operand would use; `HTTPS_PROXY` set for the manager).",
         "Fix what the `Ready` condition reports; the check follows.";
     CheckFailed => Unknown,
         "The check could not be made: `CredentialsCheckCABundle` holds no usable PEM certificate, or `tokenurl` \

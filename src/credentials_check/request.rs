@@ -62,9 +62,23 @@ pub fn tls_config(ca_bundle: &str) -> Result<Arc<rustls::ClientConfig>, Verdict>
     Ok(Arc::new(config))
 }
 
-/// Ask `target` for a token, within [`REQUEST_BOUND`].
+/// Ask `target` for a token, within [`REQUEST_BOUND`]; not at all when the manager is told to go through an
+/// HTTPS proxy, which this check does not (it would report the proxy's absence as the endpoint's).
 pub async fn check(target: &Target, tls: Arc<rustls::ClientConfig>) -> Verdict {
+    if proxied(|name| std::env::var(name).ok()) {
+        return Verdict::new(
+            CredentialsReason::NotChecked,
+            "HTTPS_PROXY is set for the manager, and the check does not go through a proxy",
+        );
+    }
     check_within(target, tls, REQUEST_BOUND).await
+}
+
+/// Whether the environment (`var`) names an HTTPS proxy (`HTTPS_PROXY` or `https_proxy`). Pure.
+pub fn proxied(var: impl Fn(&str) -> Option<String>) -> bool {
+    ["HTTPS_PROXY", "https_proxy"]
+        .into_iter()
+        .any(|name| var(name).is_some_and(|v| !v.trim().is_empty()))
 }
 
 /// [`check`] with another bound.
@@ -238,6 +252,14 @@ mod tests {
         assert_eq!(e.authority, "[::1]:8443");
         assert!(Endpoint::parse("http://auth.example.test/oauth/token").is_none());
         assert!(Endpoint::parse("not a url").is_none());
+    }
+
+    #[test]
+    fn a_proxy_in_the_environment_is_seen() {
+        assert!(!proxied(|_| None));
+        assert!(!proxied(|_| Some(" ".into())));
+        assert!(proxied(|n| (n == "https_proxy").then(|| "http://proxy:3128".into())));
+        assert!(proxied(|n| (n == "HTTPS_PROXY").then(|| "http://proxy:3128".into())));
     }
 
     #[test]

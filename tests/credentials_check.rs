@@ -193,3 +193,47 @@ async fn a_missing_secret_is_not_checked() {
     wait_credentials(&env, CredentialsReason::TokenIssued, 15).await;
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leading_replica_asks() {
+    let endpoint = token_endpoint::start().await;
+    let config = Config {
+        credentials_check_ca_bundle: endpoint.ca_pem.clone(),
+        ..Config::default()
+    };
+    let options = StartOptions {
+        reconcile: false,
+        credentials_check: true,
+        ..StartOptions::default()
+    };
+    let env = Env::start_with(config.clone(), true, options).await;
+    // Two replicas, as `run --leader-elect` starts them: only the holder of the Lease reconciles and checks.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let mut options = btp_manager::manager::Options::in_process(config.clone(), IMAGE);
+        options.leader_election = Some(Duration::from_secs(15));
+        let replica = btp_manager::manager::ManagerBuilder::new(env.manager_client.clone(), options)
+            .unwrap()
+            .start_reconciler(stopped.clone())
+            .await
+            .unwrap();
+        replicas.push(replica);
+    }
+    provision(&env, &endpoint, SECRET).await;
+    wait_credentials(&env, CredentialsReason::TokenIssued, 20).await;
+    let exported: Vec<Option<&str>> = replicas
+        .iter()
+        .map(|r| r.ctx.metrics.credentials_check().exported())
+        .collect();
+    assert!(
+        exported.contains(&Some("TokenIssued")) && exported.contains(&None),
+        "the leader exports the result, the standby nothing: {exported:?}"
+    );
+    assert_eq!(endpoint.requests(), 1, "one replica asked, once");
+    let _ = stop.send(true);
+    for replica in replicas {
+        let _ = replica.task.await;
+    }
+    env.stop().await;
+}

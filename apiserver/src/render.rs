@@ -92,30 +92,6 @@ fn path_parts(path: &str) -> Vec<&str> {
     parts.into_iter().filter(|p| !p.is_empty()).collect()
 }
 
-#[cfg(test)]
-mod json_path_tests {
-    use super::*;
-
-    #[test]
-    fn printer_column_paths_with_indexes_and_filters() {
-        let o = json!({"status": {"state": "Ready", "conditions": [
-            {"type": "Ready", "reason": "ReconcileSucceeded"},
-            {"type": "CredentialsValid", "reason": "TokenIssued"}
-        ]}});
-        assert_eq!(json_path(&o, ".status.state"), Some(&json!("Ready")));
-        assert_eq!(
-            json_path(&o, ".status.conditions[0].reason"),
-            Some(&json!("ReconcileSucceeded"))
-        );
-        assert_eq!(
-            json_path(&o, r#".status.conditions[?(@.type=="CredentialsValid")].reason"#),
-            Some(&json!("TokenIssued"))
-        );
-        assert_eq!(json_path(&o, r#".status.conditions[?(@.type=="Other")].reason"#), None);
-        assert_eq!(json_path(&o, ".status.missing"), None);
-    }
-}
-
 /// The columns of `kubectl get` for a resource: a CRD's `additionalPrinterColumns`; for Deployments the
 /// built-in Ready (`ready/replicas`), Up-to-date, Available and Age; none (Name and Age) otherwise.
 pub(crate) fn table_columns(t: &Target) -> Vec<Value> {
@@ -193,4 +169,28 @@ pub(crate) fn cell(o: &Value, c: &Value) -> Value {
         .cloned()
         .or_else(|| c.get("x-btp-default").cloned())
         .unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod json_path_tests {
+    use super::*;
+
+    #[test]
+    fn printer_column_paths_with_indexes_and_filters() {
+        let o = json!({"status": {"state": "Ready", "conditions": [
+            {"type": "Ready", "reason": "ReconcileSucceeded"},
+            {"type": "CredentialsValid", "reason": "TokenIssued"}
+        ]}});
+        assert_eq!(json_path(&o, ".status.state"), Some(&json!("Ready")));
+        assert_eq!(
+            json_path(&o, ".status.conditions[0].reason"),
+            Some(&json!("ReconcileSucceeded"))
+        );
+        assert_eq!(
+            json_path(&o, r#".status.conditions[?(@.type=="CredentialsValid")].reason"#),
+            Some(&json!("TokenIssued"))
+        );
+        assert_eq!(json_path(&o, r#".status.conditions[?(@.type=="Other")].reason"#), None);
+        assert_eq!(json_path(&o, ".status.missing"), None);
+    }
 }

@@ -150,6 +150,17 @@ async fn install_and_provision(server: RunningApiServer) {
     apply_deploy(&kubeconfig);
     // Applying again changes nothing and fails nowhere (a GitOps re-sync).
     apply_deploy(&kubeconfig);
+    // The PodDisruptionBudget that keeps a serving replica through drains is installed with the rest.
+    let pdbs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        server.client().await,
+        names::KYMA_SYSTEM,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
+            "poddisruptionbudgets",
+        ),
+    );
+    let pdb = pdbs.get("btp-manager-controller-manager").await.expect("the PodDisruptionBudget");
+    assert_eq!(pdb.data["spec"]["minAvailable"], 1);
     if !is_root() {
         eprintln!("install: NOT RUN: the Pod-like start needs root (a mount namespace and a user switch)");
         return;

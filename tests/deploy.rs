@@ -200,7 +200,10 @@ fn rollouts_and_drains_keep_a_serving_replica() {
     assert_eq!(pdb["kind"], "PodDisruptionBudget");
     assert_eq!(pdb["metadata"]["namespace"], deployment["metadata"]["namespace"]);
     assert_eq!(pdb["spec"]["minAvailable"], 1);
-    assert!(selects_the_pods(&pdb["spec"]["selector"]), "the PDB selects the manager's pods");
+    assert!(
+        selects_the_pods(&pdb["spec"]["selector"]),
+        "the PDB selects the manager's pods"
+    );
     let spread = spec["template"]["spec"]["topologySpreadConstraints"]
         .as_array()
         .expect("a topology spread");

@@ -159,7 +159,10 @@ async fn install_and_provision(server: RunningApiServer) {
             "poddisruptionbudgets",
         ),
     );
-    let pdb = pdbs.get("btp-manager-controller-manager").await.expect("the PodDisruptionBudget");
+    let pdb = pdbs
+        .get("btp-manager-controller-manager")
+        .await
+        .expect("the PodDisruptionBudget");
     assert_eq!(pdb.data["spec"]["minAvailable"], 1);
     if !is_root() {
         eprintln!("install: NOT RUN: the Pod-like start needs root (a mount namespace and a user switch)");

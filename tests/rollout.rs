@@ -1,0 +1,362 @@
+//! Two manager processes side by side, as during a rolling update that changes the webhook settings and
+//! the operand's chart version (docs/behaviour.md#who-writes-what and #leader-election), against an
+//! embedded API server whose request log names each replica (its `User-Agent`):
+//!
+//! - replica `a` (the old version: an extra certificate name, `--webhook-dns-name extra.example.com`) leads,
+//!   `b` (the new version: another chart version) follows: over 20 s, `a` writes the webhook certificate
+//!   Secret and each webhook configuration at most 3 times, `b` writes nothing at all; the stored
+//!   certificate has `a`'s names;
+//! - `a` is paused (SIGSTOP) past its Lease with a trigger queued (an operand object deleted); `b` takes
+//!   over and repairs it; `a` resumes and sends **no write** (it finds its right to write expired before it
+//!   has read anything); `b` applies its chart version and its certificate settings; over the next 20 s
+//!   `b` writes no object more than 3 times and `a` writes nothing.
+//!
+//! The 20 s windows are observation periods, not waits for a condition.
+
+mod common;
+
+use btp_api::{names, BtpOperator};
+use btp_apiserver::testing::RequestLog;
+use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
+use common::{cr_ready, eventually, free_port, try_eventually};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, PostParams};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const NS: &str = names::KYMA_SYSTEM;
+const LEASE: &str = "ec023d38.kyma-project.io";
+const LEASE_DURATION: Duration = Duration::from_secs(4);
+const WINDOW: Duration = Duration::from_secs(20);
+const EXTRA_NAME: &str = "extra.example.com";
+/// The chart version the new replica installs.
+const NEW_CHART: &str = "v99.0.0";
+
+/// One manager process (`HOSTNAME` = its name, so its Lease identity and `User-Agent` carry it).
+struct Replica {
+    name: String,
+    child: Child,
+    health: u16,
+    log: PathBuf,
+}
+
+impl Replica {
+    /// Start `btp-manager run` with `extra` flags (which name its `--resources-path`).
+    fn start(name: &str, kubeconfig: &Path, dir: &Path, extra: &[&str]) -> Self {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let (metrics, health, webhook) = (free_port(), free_port(), free_port());
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+            .args(["run", "--leader-elect", "--shutdown-drain-delay=0s"])
+            .arg(format!(
+                "--leader-election-lease-duration={}s",
+                LEASE_DURATION.as_secs()
+            ))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg(format!("--webhook-bind-address=127.0.0.1:{webhook}"))
+            .arg(format!(
+                "--manager-resources-path={}",
+                repo.join("manager-resources").display()
+            ))
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOSTNAME", name)
+            .env(
+                "SAP_BTP_SERVICE_OPERATOR",
+                "example.test/sap-btp-service-operator:v0.11.10",
+            )
+            .env("RUST_LOG", "info")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("starting btp-manager");
+        Self {
+            name: name.into(),
+            child,
+            health,
+            log,
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {}", self.child.id());
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether a request in the log was sent by this replica.
+    fn sent(&self, user_agent: &str) -> bool {
+        user_agent.contains(&format!("({}_", self.name))
+    }
+
+    /// `GET /readyz`: whether it answered 200.
+    async fn ready(&self) -> bool {
+        let port = self.health;
+        let attempt = async {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+            s.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                .await
+                .ok()?;
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).await.ok()?;
+            Some(buf.starts_with(b"HTTP/1.1 200") || buf.starts_with(b"HTTP/1.0 200"))
+        };
+        tokio::time::timeout(Duration::from_millis(500), attempt)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        // A stopped process must be continued to die of SIGKILL promptly (it does anyway; be explicit).
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The pod whose manager holds the Lease ("" when none).
+async fn holder(client: &kube::Client) -> String {
+    let identity = Api::<Lease>::namespaced(client.clone(), NS)
+        .get_opt(LEASE)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    identity
+        .rsplit_once('_')
+        .map_or(identity.as_str(), |(pod, _)| pod)
+        .to_string()
+}
+
+/// Writes in the log from index `since` on (the Lease excepted: the election itself).
+fn writes(log: &RequestLog, since: usize) -> Vec<btp_apiserver::testing::RequestRecord> {
+    log.since(since)
+        .into_iter()
+        .filter(|r| matches!(r.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE") && r.resource != "leases")
+        .collect()
+}
+
+/// How many writes of the shared webhook state each replica sent: (certificate Secret, validating, mutating).
+fn shared_writes(writes: &[btp_apiserver::testing::RequestRecord], replica: &Replica) -> (usize, usize, usize) {
+    let count = |resource: &str, name: &str| {
+        writes
+            .iter()
+            .filter(|r| replica.sent(&r.user_agent) && r.resource == resource && r.name == name && r.code < 300)
+            .count()
+    };
+    (
+        count("secrets", names::webhook::CERT_SECRET_NAME),
+        count(
+            "validatingwebhookconfigurations",
+            names::webhook::VALIDATING_CONFIGURATION,
+        ),
+        count("mutatingwebhookconfigurations", names::webhook::MUTATING_CONFIGURATION),
+    )
+}
+
+/// Whether the stored serving certificate names `name`.
+async fn stored_leaf_names(client: &kube::Client, name: &str) -> bool {
+    let Ok(Some(secret)) = Api::<Secret>::namespaced(client.clone(), NS)
+        .get_opt(names::webhook::CERT_SECRET_NAME)
+        .await
+    else {
+        return false;
+    };
+    let data = secret.data.unwrap_or_default();
+    let Some(cert) = data.get("tls.crt") else {
+        return false;
+    };
+    btp_certs::parse_cert_pem(&cert.0).is_ok_and(|info| info.dns_names.iter().any(|n| n == name))
+}
+
+async fn setup() -> (RunningApiServer, kube::Client, PathBuf) {
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let client = server.client().await;
+    let dir = common::temp_dir("rollout");
+    std::fs::write(dir.join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &BtpOperator::crd().unwrap())
+        .await
+        .unwrap();
+    let mut secret = serde_json::json!({
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": NS,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+    });
+    secret["stringData"] = common::credentials();
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
+        .await
+        .unwrap();
+    btp_apiserver::testing::spawn_deployment_controller(client.clone());
+    (server, client, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its_lease() {
+    if common::real_cluster().is_some() {
+        eprintln!("rollout: NOT RUN on a real cluster: it pauses processes and reads the embedded request log");
+        return;
+    }
+    let (server, client, dir) = setup().await;
+    let log = server.request_log();
+    let kubeconfig = dir.join("kubeconfig");
+    let built_in = format!(
+        "--resources-path={}",
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources").display()
+    );
+    let a = Replica::start("a", &kubeconfig, &dir, &[&built_in, "--webhook-dns-name", EXTRA_NAME]);
+    eventually(Duration::from_secs(30), "a ready and leading", || async {
+        a.ready().await && holder(&client).await == "a"
+    })
+    .await;
+    let chart = dir.join("new-chart");
+    common::copy_chart(&chart);
+    std::fs::write(chart.join("chart-version"), format!("{NEW_CHART}\n")).unwrap();
+    let resources = format!("--resources-path={}", chart.display());
+    let b = Replica::start("b", &kubeconfig, &dir, &[&resources]);
+    eventually(
+        Duration::from_secs(30),
+        "b ready: it serves the certificate a issued",
+        || b.ready(),
+    )
+    .await;
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
+    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
+        .await
+        .expect("the valid CR is admitted");
+    eventually(Duration::from_secs(30), "the CR is Ready", || cr_ready(&crs)).await;
+
+    // Side by side with a leading.
+    let start = log.len();
+    tokio::time::sleep(WINDOW).await;
+    let window = writes(&log, start);
+    let by_a = shared_writes(&window, &a);
+    assert!(
+        by_a.0 <= 3 && by_a.1 <= 3 && by_a.2 <= 3,
+        "the leader writes the certificate Secret and each configuration at most 3 times in {WINDOW:?}: {by_a:?}"
+    );
+    let from_b: Vec<_> = window.iter().filter(|r| b.sent(&r.user_agent)).collect();
+    assert!(
+        from_b.is_empty(),
+        "the follower writes nothing: {from_b:#?}\n--- b:\n{}",
+        b.logs()
+    );
+    assert!(
+        stored_leaf_names(&client, EXTRA_NAME).await,
+        "the leader's settings are what is stored"
+    );
+    assert!(
+        b.logs().contains("the leading replica decides"),
+        "the follower says once that its settings differ:\n{}",
+        b.logs()
+    );
+
+    // Pause the leader past its Lease with a trigger queued: an operand object it would restore.
+    a.signal("-STOP");
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    configmaps
+        .delete("sap-btp-operator-config", &DeleteParams::default())
+        .await
+        .expect("deleting an operand ConfigMap");
+    eventually(
+        LEASE_DURATION * 3,
+        "b takes the Lease once a's stands unrenewed",
+        || async { holder(&client).await == "b" },
+    )
+    .await;
+    eventually(Duration::from_secs(30), "b restores the operand ConfigMap", || async {
+        configmaps
+            .get_opt("sap-btp-operator-config")
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+    })
+    .await;
+    let resumed = log.len();
+    a.signal("-CONT");
+    let lost = try_eventually(Duration::from_secs(30), || async {
+        a.logs().contains("no longer holds the Lease")
+    })
+    .await;
+    assert!(lost.is_ok(), "a notices it lost the Lease:\n{}", a.logs());
+
+    // Side by side with b leading: b converges the stored state to its settings in a few writes.
+    tokio::time::sleep(WINDOW).await;
+    let after = writes(&log, resumed);
+    let from_a: Vec<_> = after.iter().filter(|r| a.sent(&r.user_agent)).collect();
+    assert!(
+        from_a.is_empty(),
+        "the resumed replica sends no write before it leads again: {from_a:#?}\n--- a:\n{}",
+        a.logs()
+    );
+    assert_eq!(holder(&client).await, "b", "b still leads");
+    let by_b = shared_writes(&after, &b);
+    assert!(
+        by_b.0 <= 3 && by_b.1 <= 3 && by_b.2 <= 3,
+        "the new leader converges in a few writes: {by_b:?}"
+    );
+    let mut per_object = std::collections::BTreeMap::<String, usize>::new();
+    for r in after.iter().filter(|r| b.sent(&r.user_agent)) {
+        *per_object
+            .entry(format!("{} {}/{}", r.resource, r.namespace, r.name))
+            .or_default() += 1;
+    }
+    assert!(
+        per_object.values().all(|n| *n <= 3),
+        "no object is written in a loop: {per_object:#?}"
+    );
+    let restored = configmaps.get("sap-btp-operator-config").await.unwrap();
+    assert_eq!(
+        restored
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get(names::CHART_VERSION_LABEL)
+            .map(String::as_str),
+        Some(NEW_CHART),
+        "the new leader applied its own chart version"
+    );
+    assert!(
+        !stored_leaf_names(&client, EXTRA_NAME).await,
+        "the new leader's settings are what is stored"
+    );
+    assert!(a.ready().await, "a serves the certificate b issued:\n{}", a.logs());
+    assert!(cr_ready(&crs).await, "the CR stays Ready");
+    println!(
+        "rollout: a (leader) wrote {:?} (Secret, validating, mutating) in {WINDOW:?}, b none; after a's pause \
+         b wrote {by_b:?}, a none",
+        by_a
+    );
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}

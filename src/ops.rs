@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Readiness (docs/behaviour.md#readiness): the manager has started and is not shutting down, and
+/// Readiness (docs/behaviour.md#health-and-readiness): the manager has started and is not shutting down, and
 /// admission through it works (the webhook server serves the certificate that the registered caBundle
 /// trusts).
 #[derive(Clone, Default)]
@@ -43,7 +43,7 @@ impl Readiness {
     }
 }
 
-/// Liveness (docs/behaviour.md#readiness): the tasks a manager lives by have not ended. Answered by the
+/// Liveness (docs/behaviour.md#health-and-readiness): the tasks a manager lives by have not ended. Answered by the
 /// process itself, never by the API server: a probe that failed during an API outage would restart every
 /// replica at once.
 #[derive(Clone, Default)]

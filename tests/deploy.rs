@@ -181,7 +181,7 @@ fn the_manager_may_do_what_it_does() {
 
 /// A rolling update or a node drain never leaves admission without a serving replica: the rollout adds a
 /// ready replica before it removes one, a PodDisruptionBudget keeps one, and the replicas spread over nodes
-/// where there are several (docs/behaviour.md#readiness).
+/// where there are several (docs/behaviour.md#health-and-readiness).
 #[test]
 fn rollouts_and_drains_keep_a_serving_replica() {
     let deployment = documents("deployment.yaml").remove(0);

@@ -40,6 +40,7 @@ const NEW_CHART: &str = "v99.0.0";
 struct Replica {
     name: String,
     child: Child,
+    metrics: u16,
     health: u16,
     log: PathBuf,
 }
@@ -81,6 +82,7 @@ impl Replica {
         Self {
             name: name.into(),
             child,
+            metrics,
             health,
             log,
         }
@@ -105,22 +107,30 @@ impl Replica {
 
     /// `GET /readyz`: whether it answered 200.
     async fn ready(&self) -> bool {
-        let port = self.health;
-        let attempt = async {
-            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-            s.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
-                .await
-                .ok()?;
-            let mut buf = Vec::new();
-            s.read_to_end(&mut buf).await.ok()?;
-            Some(buf.starts_with(b"HTTP/1.1 200") || buf.starts_with(b"HTTP/1.0 200"))
-        };
-        tokio::time::timeout(Duration::from_millis(500), attempt)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(false)
+        get(self.health, "/readyz").await.is_some_and(|r| ok(&r))
     }
+}
+
+/// Whether an HTTP response is a 200.
+fn ok(response: &str) -> bool {
+    response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
+}
+
+/// `GET path` on a loopback port: the whole response, None when there was none within 500 ms.
+async fn get(port: u16, path: &str) -> Option<String> {
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        String::from_utf8(buf).ok()
+    };
+    tokio::time::timeout(Duration::from_millis(500), attempt)
+        .await
+        .ok()
+        .flatten()
 }
 
 impl Drop for Replica {
@@ -359,4 +369,87 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
     );
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Before any replica has led, the webhooks come up with the first leader: a replica that cannot lead (the
+/// Lease is held by another identity) serves nothing, is not ready (saying why), stays live and writes
+/// nothing; once the Lease is free it leads, issues the certificate, registers the configurations and turns
+/// ready. Its request metrics (client-go's names) count what it sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_before() {
+    if common::real_cluster().is_some() {
+        eprintln!("rollout: NOT RUN on a real cluster: it holds the manager's Lease for another identity");
+        return;
+    }
+    let (server, client, dir) = setup().await;
+    let log = server.request_log();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let held: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": LEASE},
+        "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600}
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &held).await.unwrap();
+    let built_in = format!(
+        "--resources-path={}",
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources").display()
+    );
+    let c = Replica::start("c", &kubeconfig_of(&dir), &dir, &[&built_in]);
+    // Started (it serves its probes and the webhook port), but nothing to serve yet.
+    let why = eventually(Duration::from_secs(30), "c started and not ready", || async {
+        get(c.health, "/readyz").await.filter(|r| !r.contains("not started"))
+    })
+    .await;
+    assert!(
+        why.contains(" 503 ") && why.contains("caBundle"),
+        "not ready before a leader issued the certificate, saying why: {why}"
+    );
+    let live = get(c.health, "/healthz").await.unwrap_or_default();
+    assert!(ok(&live), "live meanwhile: {live}");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    assert!(
+        secrets
+            .get_opt(names::webhook::CERT_SECRET_NAME)
+            .await
+            .unwrap()
+            .is_none(),
+        "no certificate issued by a replica that does not lead"
+    );
+    let from_c: Vec<_> = writes(&log, 0).into_iter().filter(|r| c.sent(&r.user_agent)).collect();
+    assert!(from_c.is_empty(), "a follower writes nothing: {from_c:#?}");
+
+    // The holder lets go: c leads and brings the webhooks up.
+    let mut free = leases.get(LEASE).await.unwrap();
+    free.spec = Some(Default::default());
+    leases.replace(LEASE, &PostParams::default(), &free).await.unwrap();
+    let led = try_eventually(Duration::from_secs(30), || async {
+        holder(&client).await == "c" && c.ready().await
+    })
+    .await;
+    assert!(
+        led.is_ok(),
+        "c leads ({:?}), issues the certificate and is ready: {:?}\n{}",
+        holder(&client).await,
+        get(c.health, "/readyz").await,
+        c.logs()
+    );
+    assert!(secrets
+        .get_opt(names::webhook::CERT_SECRET_NAME)
+        .await
+        .unwrap()
+        .is_some());
+    let metrics = get(c.metrics, "/metrics").await.unwrap_or_default();
+    for line in [
+        "rest_client_requests_total{code=\"200\",method=\"GET\"}",
+        "rest_client_requests_total{code=\"201\",method=\"POST\"}",
+        "rest_client_request_duration_seconds_count{verb=\"PATCH\"}",
+    ] {
+        assert!(metrics.contains(line), "/metrics has {line}:\n{metrics}");
+    }
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn kubeconfig_of(dir: &Path) -> PathBuf {
+    dir.join("kubeconfig")
 }

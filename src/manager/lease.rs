@@ -201,9 +201,16 @@ pub async fn elect(election: LeaderElection, leading: watch::Sender<bool>, mut r
                 biased;
                 _ = &mut release => break,
                 Some(Ok(lease)) = changes.next() => {
-                    observed = Observed::note(observed.as_ref(), &lease, Instant::now());
-                    if observed.as_ref().and_then(Observed::holder) != Some(me.as_str()) {
-                        lose("another identity took it", &mut renewed);
+                    // A watch may still deliver a record older than our last write: only a fresh read
+                    // showing another holder ends the term early.
+                    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+                    if holder != Some(me.as_str()) {
+                        if let Ok(fresh) = leases.get(LEADER_LEASE).await {
+                            observed = Observed::note(observed.as_ref(), &fresh, Instant::now());
+                            if observed.as_ref().and_then(Observed::holder) != Some(me.as_str()) {
+                                lose("another identity took it", &mut renewed);
+                            }
+                        }
                     }
                     continue;
                 }

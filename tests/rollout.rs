@@ -18,148 +18,42 @@ mod common;
 use btp_api::{names, BtpOperator};
 use btp_apiserver::testing::RequestLog;
 use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
-use common::{cr_ready, eventually, free_port, try_eventually};
+use common::replica::{http_get, is_ok, lease_holder, Replica, LEASE};
+use common::{cr_ready, eventually, try_eventually};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, PostParams};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const NS: &str = names::KYMA_SYSTEM;
-const LEASE: &str = "ec023d38.kyma-project.io";
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 const WINDOW: Duration = Duration::from_secs(20);
 const EXTRA_NAME: &str = "extra.example.com";
 /// The chart version the new replica installs.
 const NEW_CHART: &str = "v99.0.0";
 
-/// One manager process (`HOSTNAME` = its name, so its Lease identity and `User-Agent` carry it).
-struct Replica {
-    name: String,
-    child: Child,
-    metrics: u16,
-    health: u16,
-    log: PathBuf,
+/// `btp-manager run` flags of a replica here: the lease duration, no drain delay, the given resources.
+fn args(resources: &Path, extra: &[&str]) -> Vec<String> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut args = vec![
+        "--shutdown-drain-delay=0s".to_string(),
+        format!("--leader-election-lease-duration={}s", LEASE_DURATION.as_secs()),
+        format!("--resources-path={}", resources.display()),
+        format!("--manager-resources-path={}", repo.join("manager-resources").display()),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
 }
 
-impl Replica {
-    /// Start `btp-manager run` with `extra` flags (which name its `--resources-path`).
-    fn start(name: &str, kubeconfig: &Path, dir: &Path, extra: &[&str]) -> Self {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let (metrics, health, webhook) = (free_port(), free_port(), free_port());
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
-            .args(["run", "--leader-elect", "--shutdown-drain-delay=0s"])
-            .arg(format!(
-                "--leader-election-lease-duration={}s",
-                LEASE_DURATION.as_secs()
-            ))
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
-            .arg(format!("--webhook-bind-address=127.0.0.1:{webhook}"))
-            .arg(format!(
-                "--manager-resources-path={}",
-                repo.join("manager-resources").display()
-            ))
-            .args(extra)
-            .env("KUBECONFIG", kubeconfig)
-            .env("HOSTNAME", name)
-            .env(
-                "SAP_BTP_SERVICE_OPERATOR",
-                "example.test/sap-btp-service-operator:v0.11.10",
-            )
-            .env("RUST_LOG", "info")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("starting btp-manager");
-        Self {
-            name: name.into(),
-            child,
-            metrics,
-            health,
-            log,
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {signal} {}", self.child.id());
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Whether a request in the log was sent by this replica.
-    fn sent(&self, user_agent: &str) -> bool {
-        user_agent.contains(&format!("({}_", self.name))
-    }
-
-    /// `GET /readyz`: whether it answered 200.
-    async fn ready(&self) -> bool {
-        get(self.health, "/readyz").await.is_some_and(|r| ok(&r))
-    }
+/// The built-in operand chart.
+fn built_in() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources")
 }
 
-/// Whether an HTTP response is a 200.
-fn ok(response: &str) -> bool {
-    response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
-}
-
-/// `GET path` on a loopback port: the whole response, None when there was none within 500 ms.
-async fn get(port: u16, path: &str) -> Option<String> {
-    let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.ok()?;
-        String::from_utf8(buf).ok()
-    };
-    tokio::time::timeout(Duration::from_millis(500), attempt)
-        .await
-        .ok()
-        .flatten()
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        // A stopped process must be continued to die of SIGKILL promptly (it does anyway; be explicit).
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The pod whose manager holds the Lease ("" when none).
 async fn holder(client: &kube::Client) -> String {
-    let identity = Api::<Lease>::namespaced(client.clone(), NS)
-        .get_opt(LEASE)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default();
-    identity
-        .rsplit_once('_')
-        .map_or(identity.as_str(), |(pod, _)| pod)
-        .to_string()
+    lease_holder(client, NS).await
 }
 
 /// Writes in the log from index `since` on (the Lease excepted: the election itself).
@@ -239,11 +133,12 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
     let (server, client, dir) = setup().await;
     let log = server.request_log();
     let kubeconfig = dir.join("kubeconfig");
-    let built_in = format!(
-        "--resources-path={}",
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources").display()
+    let a = Replica::start(
+        "a",
+        &kubeconfig,
+        &dir,
+        &args(&built_in(), &["--webhook-dns-name", EXTRA_NAME]),
     );
-    let a = Replica::start("a", &kubeconfig, &dir, &[&built_in, "--webhook-dns-name", EXTRA_NAME]);
     eventually(Duration::from_secs(30), "a ready and leading", || async {
         a.ready().await && holder(&client).await == "a"
     })
@@ -251,8 +146,7 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
     let chart = dir.join("new-chart");
     common::copy_chart(&chart);
     std::fs::write(chart.join("chart-version"), format!("{NEW_CHART}\n")).unwrap();
-    let resources = format!("--resources-path={}", chart.display());
-    let b = Replica::start("b", &kubeconfig, &dir, &[&resources]);
+    let b = Replica::start("b", &kubeconfig, &dir, &args(&chart, &[]));
     eventually(
         Duration::from_secs(30),
         "b ready: it serves the certificate a issued",
@@ -390,22 +284,20 @@ async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_bef
     }))
     .unwrap();
     leases.create(&PostParams::default(), &held).await.unwrap();
-    let built_in = format!(
-        "--resources-path={}",
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources").display()
-    );
-    let c = Replica::start("c", &kubeconfig_of(&dir), &dir, &[&built_in]);
+    let c = Replica::start("c", &dir.join("kubeconfig"), &dir, &args(&built_in(), &[]));
     // Started (it serves its probes and the webhook port), but nothing to serve yet.
     let why = eventually(Duration::from_secs(30), "c started and not ready", || async {
-        get(c.health, "/readyz").await.filter(|r| !r.contains("not started"))
+        http_get(c.health, "/readyz")
+            .await
+            .filter(|r| !r.contains("not started"))
     })
     .await;
     assert!(
         why.contains(" 503 ") && why.contains("caBundle"),
         "not ready before a leader issued the certificate, saying why: {why}"
     );
-    let live = get(c.health, "/healthz").await.unwrap_or_default();
-    assert!(ok(&live), "live meanwhile: {live}");
+    let live = http_get(c.health, "/healthz").await.unwrap_or_default();
+    assert!(is_ok(&live), "live meanwhile: {live}");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     assert!(
         secrets
@@ -430,7 +322,7 @@ async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_bef
         led.is_ok(),
         "c leads ({:?}), issues the certificate and is ready: {:?}\n{}",
         holder(&client).await,
-        get(c.health, "/readyz").await,
+        http_get(c.health, "/readyz").await,
         c.logs()
     );
     assert!(secrets
@@ -438,7 +330,7 @@ async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_bef
         .await
         .unwrap()
         .is_some());
-    let metrics = get(c.metrics, "/metrics").await.unwrap_or_default();
+    let metrics = http_get(c.metrics, "/metrics").await.unwrap_or_default();
     for line in [
         "rest_client_requests_total{code=\"200\",method=\"GET\"}",
         "rest_client_requests_total{code=\"201\",method=\"POST\"}",
@@ -448,8 +340,4 @@ async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_bef
     }
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn kubeconfig_of(dir: &Path) -> PathBuf {
-    dir.join("kubeconfig")
 }

@@ -263,7 +263,29 @@ pub async fn elect(election: LeaderElection, leading: watch::Sender<bool>, mut r
             }
         }
         // Take or renew what we observed.
-        let Some(seen) = observed.clone() else { continue };
+        let seen = match observed.clone() {
+            Some(seen) => seen,
+            // Only a leader gets here without a version (a write of it conflicted): read it again.
+            None => match leases.get(LEADER_LEASE).await {
+                Ok(fresh) => {
+                    observed = Observed::note(None, &fresh, Instant::now());
+                    match observed.clone() {
+                        Some(seen) if seen.holder() == Some(me.as_str()) => seen,
+                        _ => {
+                            lose("another identity took it", &mut renewed);
+                            continue;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election: reading the Lease failed");
+                    if wait_or_release(&mut release, timing.retry).await {
+                        break;
+                    }
+                    continue;
+                }
+            },
+        };
         let sent = Instant::now();
         let spec = claim(&seen, &me, &timing, jiff::Timestamp::now());
         match write(&leases, &seen, &spec).await {
@@ -276,8 +298,8 @@ pub async fn elect(election: LeaderElection, leading: watch::Sender<bool>, mut r
                 }
             }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
-                // Someone changed it since we read it: read again (a leader has lost it).
-                lose("the Lease changed under us", &mut renewed);
+                // It changed since we read it: read it again before the next try (a leader keeps its term
+                // only while the fresh record still names it).
                 observed = None;
             }
             Err(e) => {

@@ -11,6 +11,7 @@
 pub mod eventually;
 pub mod install;
 pub mod operand;
+pub mod replica;
 
 pub use eventually::*;
 

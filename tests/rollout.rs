@@ -17,12 +17,10 @@ mod common;
 
 use btp_api::{names, BtpOperator};
 use btp_apiserver::testing::RequestLog;
-use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
-use common::replica::{http_get, is_ok, lease_holder, Replica, LEASE};
+use common::replica::{cluster, http_get, is_ok, lease_holder, Replica, LEASE};
 use common::{cr_ready, eventually, try_eventually};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -97,40 +95,13 @@ async fn stored_leaf_names(client: &kube::Client, name: &str) -> bool {
     btp_certs::parse_cert_pem(&cert.0).is_ok_and(|info| info.dns_names.iter().any(|n| n == name))
 }
 
-async fn setup() -> (RunningApiServer, kube::Client, PathBuf) {
-    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-    let client = server.client().await;
-    let dir = common::temp_dir("rollout");
-    std::fs::write(dir.join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &BtpOperator::crd().unwrap())
-        .await
-        .unwrap();
-    let mut secret = serde_json::json!({
-        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": NS,
-                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
-    });
-    secret["stringData"] = common::credentials();
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
-        .await
-        .unwrap();
-    btp_apiserver::testing::spawn_deployment_controller(client.clone());
-    (server, client, dir)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its_lease() {
     if common::real_cluster().is_some() {
         eprintln!("rollout: NOT RUN on a real cluster: it pauses processes and reads the embedded request log");
         return;
     }
-    let (server, client, dir) = setup().await;
+    let (server, client, dir) = cluster("rollout").await;
     let log = server.request_log();
     let kubeconfig = dir.join("kubeconfig");
     let a = Replica::start(
@@ -275,7 +246,7 @@ async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_bef
         eprintln!("rollout: NOT RUN on a real cluster: it holds the manager's Lease for another identity");
         return;
     }
-    let (server, client, dir) = setup().await;
+    let (server, client, dir) = cluster("rollout").await;
     let log = server.request_log();
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let held: Lease = serde_json::from_value(serde_json::json!({

@@ -16,15 +16,12 @@
 mod common;
 
 use btp_api::{names, BtpOperator};
-use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
-use common::replica::{lease_holder, ready, Replica};
+use common::replica::{cluster, lease_holder, ready, Replica};
 use common::{cr_ready, eventually, reconcile_now_in};
 use futures::FutureExt as _;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -200,39 +197,9 @@ async fn holder(client: &kube::Client) -> String {
     lease_holder(client, NS).await
 }
 
-async fn setup() -> (RunningApiServer, kube::Client, PathBuf) {
-    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-    let client = server.client().await;
-    let dir = std::env::temp_dir().join(format!("btp-shutdown-{}-{}", std::process::id(), server.addr().port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &BtpOperator::crd().unwrap())
-        .await
-        .unwrap();
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": NS,
-                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
-        "stringData": {"clientid": "id", "clientsecret": "s", "sm_url": "https://sm.example.com",
-                       "tokenurl": "https://auth.example.com", "cluster_id": "c1"}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    btp_apiserver::testing::spawn_deployment_controller(client.clone());
-    (server, client, dir)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease_duration() {
-    let (_server, client, dir) = setup().await;
+    let (_server, client, dir) = cluster("shutdown").await;
     let kubeconfig = dir.join("kubeconfig");
     let proxy = Proxy::start().await;
     let mut a = Replica::start("manager-a", &kubeconfig, &dir, &args(proxy.addr));

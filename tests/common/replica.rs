@@ -3,8 +3,12 @@
 //! its Lease identity and the `User-Agent` of its requests carry it), its own loopback ports, and its log in a
 //! file.
 
+use btp_api::{names, BtpOperator};
+use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -150,4 +154,38 @@ pub async fn lease_holder(client: &kube::Client, namespace: &str) -> String {
         .rsplit_once('_')
         .map_or(identity.as_str(), |(pod, _)| pod)
         .to_string()
+}
+
+/// An embedded API server for replicas: `kyma-system`, the BtpOperator CRD, the credentials Secret and a
+/// Deployment controller stand-in; its admin kubeconfig is `<dir>/kubeconfig`, `dir` a new temporary
+/// directory named after `name`.
+pub async fn cluster(name: &str) -> (RunningApiServer, kube::Client, PathBuf) {
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let client = server.client().await;
+    let dir = super::temp_dir(name);
+    std::fs::write(dir.join("kubeconfig"), server.kubeconfig_yaml()).expect("the kubeconfig");
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}})).expect("a Namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("kyma-system");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &BtpOperator::crd().expect("the CRD"))
+        .await
+        .expect("the BtpOperator CRD");
+    let mut secret = serde_json::json!({
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+    });
+    secret["stringData"] = super::credentials();
+    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret).expect("a Secret"),
+        )
+        .await
+        .expect("the credentials Secret");
+    btp_apiserver::testing::spawn_deployment_controller(client.clone());
+    (server, client, dir)
 }

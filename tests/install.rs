@@ -142,17 +142,37 @@ impl Pod {
     }
 }
 
-/// Install as the README says, start the manager as its Pod would run, provision.
-async fn install_and_provision(server: RunningApiServer) {
+/// A cluster installed as documented, its manager running as its Pod; the kubelet and kube-controller-manager
+/// played for the operand. Stops both when dropped.
+struct Installed {
+    server: RunningApiServer,
+    kubeconfig: PathBuf,
+    pod: Option<Pod>,
+    workloads: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        self.workloads.abort();
+        if let Some(dir) = self.kubeconfig.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Install as the README says (the namespace as the documented prerequisite), start the manager as its Pod
+/// would run, provision. `None` where the Pod cannot start (not root).
+async fn install_and_provision(server: RunningApiServer) -> Option<Installed> {
     let dir = temp_dir("install-kubeconfig");
     let kubeconfig = dir.join("admin.kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_kustomization(&kubeconfig, "deploy/namespace");
     apply_deploy(&kubeconfig);
     // Applying again changes nothing and fails nowhere (a GitOps re-sync).
     apply_deploy(&kubeconfig);
     if !is_root() {
         eprintln!("install: NOT RUN: the Pod-like start needs root (a mount namespace and a user switch)");
-        return;
+        return None;
     }
     let client = server.client().await;
     let webhook_port = free_port();
@@ -162,7 +182,7 @@ async fn install_and_provision(server: RunningApiServer) {
         443,
         std::net::SocketAddr::from(([127, 0, 0, 1], webhook_port)),
     );
-    let _pod = Pod::start(&server, webhook_port);
+    let pod = Pod::start(&server, webhook_port);
     // kube-controller-manager and the kubelet, played: the operand's Deployment gets a running Pod.
     let workloads = btp_apiserver::spawn_workload_controller(client.clone());
 
@@ -225,8 +245,12 @@ async fn install_and_provision(server: RunningApiServer) {
             .any(|f| f == names::FINALIZER),
         "the mutating webhook added the finalizer"
     );
-    workloads.abort();
-    let _ = std::fs::remove_dir_all(&dir);
+    Some(Installed {
+        server,
+        kubeconfig,
+        pod: Some(pod),
+        workloads,
+    })
 }
 
 // Multi-threaded: kubectl runs as a blocking child process while the in-process API server answers it.
@@ -275,6 +299,7 @@ async fn every_object_of_deploy_applies_server_side_on_every_supported_version()
         let dir = temp_dir(&format!("install-ssa-{version:?}"));
         let kubeconfig = dir.join("admin.kubeconfig");
         std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+        apply_kustomization(&kubeconfig, "deploy/namespace");
         let out = Command::new(kubectl())
             .args(["apply", "--server-side", "-k"])
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"))
@@ -338,6 +363,7 @@ async fn the_monitoring_and_dashboard_components_apply() {
     let dir = temp_dir("install-components");
     let kubeconfig = dir.join("admin.kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_kustomization(&kubeconfig, "deploy/namespace");
     apply_deploy(&kubeconfig);
     let client = server.client().await;
     let crds = [
@@ -379,4 +405,148 @@ async fn the_monitoring_and_dashboard_components_apply() {
         "the metrics Service has port {port}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The commands of the first `sh` block under `heading` in `docs/<file>`, each split into its arguments
+/// (`kubectl` first); comments and blank lines dropped.
+fn documented_commands(file: &str, heading: &str) -> Vec<Vec<String>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let section = text
+        .split_once(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("docs/{file} has the section {heading}"))
+        .1;
+    let block = section
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .unwrap_or_else(|| panic!("docs/{file} {heading}: an sh block"))
+        .0;
+    block
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// Run one documented command with `kubeconfig` from the repository root; panics with its output on failure.
+fn run_documented(kubeconfig: &Path, command: &[String]) {
+    assert_eq!(
+        command[0], "kubectl",
+        "the documented steps are kubectl commands: {command:?}"
+    );
+    let out = Command::new(kubectl())
+        .args(&command[1..])
+        // A test's bound on a wait the docs leave open (a deletion that never finishes fails here, not hangs).
+        .args(if command[1] == "delete" {
+            vec!["--timeout=60s"]
+        } else {
+            vec![]
+        })
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "{}:\n{}\n{}",
+        command.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The documented uninstall on a provisioned cluster: the manager deprovisions, stops, and every object of
+/// the manager is gone, while the namespace `kyma-system` and another module's ConfigMap in it stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_uninstall_deletes_only_the_managers_objects() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let Some(mut installed) = install_and_provision(server).await else {
+        return;
+    };
+    let client = installed.server.client().await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "another-module-config", "namespace": names::KYMA_SYSTEM,
+                     "labels": {"kyma-project.io/module": "another-module"}},
+        "data": {"k": "v"}
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &foreign)
+        .await
+        .expect("the foreign ConfigMap");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    assert!(
+        secrets
+            .get_opt(names::webhook::CERT_SECRET_NAME)
+            .await
+            .unwrap()
+            .is_some(),
+        "the manager made its certificate Secret"
+    );
+
+    let commands = documented_commands("install.md", "## Uninstalling");
+    assert!(commands.iter().any(|c| c.iter().any(|a| a == "-k")), "{commands:?}");
+    for command in &commands {
+        run_documented(&installed.kubeconfig, command);
+        if command[1] == "scale" {
+            // The kubelet's part: a Pod of a Deployment scaled to zero ends.
+            drop(installed.pod.take());
+        }
+    }
+    assert!(installed.pod.is_none(), "the documented steps stop the manager");
+
+    let namespace = Api::<Namespace>::all(client.clone())
+        .get_opt(names::KYMA_SYSTEM)
+        .await
+        .unwrap()
+        .expect("kyma-system is still there");
+    assert!(
+        namespace.metadata.deletion_timestamp.is_none(),
+        "kyma-system is not being deleted"
+    );
+    assert_eq!(
+        configmaps
+            .get("another-module-config")
+            .await
+            .expect("the foreign ConfigMap stays")
+            .data,
+        foreign.data
+    );
+    // Nothing of the manager's is left: its own objects, its registrations, the operand.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    for name in ["btp-manager-controller-manager", names::operand::DEPLOYMENT] {
+        assert!(
+            deployments.get_opt(name).await.unwrap().is_none(),
+            "Deployment {name} left"
+        );
+    }
+    assert!(secrets
+        .get_opt(names::webhook::CERT_SECRET_NAME)
+        .await
+        .unwrap()
+        .is_none());
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    assert!(vwcs
+        .get_opt(names::webhook::VALIDATING_CONFIGURATION)
+        .await
+        .unwrap()
+        .is_none());
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    assert!(crds
+        .get_opt(&format!("{}.{}", names::PLURAL, names::GROUP))
+        .await
+        .unwrap()
+        .is_none());
+    let left: Vec<String> = common::installed_objects(&client).await.into_iter().collect();
+    assert!(left.is_empty(), "objects the manager installed are left: {left:?}");
 }

@@ -8,6 +8,7 @@
 //! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
+pub mod chart;
 pub mod eventually;
 pub mod install;
 pub mod operand;

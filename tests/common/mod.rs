@@ -10,6 +10,7 @@
 
 pub mod chart;
 pub mod eventually;
+pub mod go_manager;
 pub mod install;
 pub mod operand;
 

@@ -407,26 +407,39 @@ async fn the_monitoring_and_dashboard_components_apply() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The commands of the first `sh` block under `heading` in `docs/<file>`, each split into its arguments
-/// (`kubectl` first); comments and blank lines dropped.
-fn documented_commands(file: &str, heading: &str) -> Vec<Vec<String>> {
+/// The `sh` blocks of the section `heading` of `docs/<file>` (up to the next `## `), each as its commands split
+/// into arguments (`kubectl` first, single quotes around an argument removed); comments and blank lines
+/// dropped.
+fn documented_blocks(file: &str, heading: &str) -> Vec<Vec<Vec<String>>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let section = text
         .split_once(&format!("\n{heading}\n"))
         .unwrap_or_else(|| panic!("docs/{file} has the section {heading}"))
         .1;
-    let block = section
-        .split_once("```sh\n")
-        .and_then(|(_, rest)| rest.split_once("\n```"))
-        .unwrap_or_else(|| panic!("docs/{file} {heading}: an sh block"))
-        .0;
-    block
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or_default().trim())
-        .filter(|l| !l.is_empty())
-        .map(|l| l.split_whitespace().map(str::to_string).collect())
+    let section = section.split("\n## ").next().unwrap_or_default();
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|rest| {
+            rest.split("\n```")
+                .next()
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.split(" #").next().unwrap_or_default().trim())
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(|l| l.split_whitespace().map(|a| a.trim_matches('\'').to_string()).collect())
+                .collect()
+        })
         .collect()
+}
+
+/// The commands of the first `sh` block of the section `heading` in `docs/<file>`.
+fn documented_commands(file: &str, heading: &str) -> Vec<Vec<String>> {
+    documented_blocks(file, heading)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("docs/{file} {heading}: an sh block"))
 }
 
 /// Run one documented command with `kubeconfig` from the repository root; panics with its output on failure.
@@ -549,4 +562,246 @@ async fn the_documented_uninstall_deletes_only_the_managers_objects() {
         .is_none());
     let left: Vec<String> = common::installed_objects(&client).await.into_iter().collect();
     assert!(left.is_empty(), "objects the manager installed are left: {left:?}");
+}
+
+/// `kubectl apply -f <file>` (relative to the repository) with `kubeconfig`.
+fn apply_file(kubeconfig: &Path, file: &str) {
+    run_documented(kubeconfig, &["kubectl", "apply", "-f", file].map(str::to_string));
+}
+
+/// Whether `kind/name` (namespaced in kyma-system unless cluster-scoped) exists, asked through kubectl.
+fn exists(kubeconfig: &Path, kind: &str, name: &str, namespaced: bool) -> bool {
+    let mut command = Command::new(kubectl());
+    command.args(["get", kind, name, "--ignore-not-found", "-o", "name"]);
+    if namespaced {
+        command.args(["-n", names::KYMA_SYSTEM]);
+    }
+    let out = command.env("KUBECONFIG", kubeconfig).output().expect("run kubectl");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    !out.stdout.is_empty()
+}
+
+/// docs/upgrading.md#how-to-switch: `deploy/` applied over the Go install replaces its same-named objects, and
+/// the documented deletion of the Go-only objects removes those and nothing of `deploy/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let dir = temp_dir("install-switch");
+    let kubeconfig = dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_kustomization(&kubeconfig, "deploy/namespace");
+    apply_file(&kubeconfig, "tests/fixtures/go-install.yaml");
+    apply_deploy(&kubeconfig);
+    let commands = documented_commands("upgrading.md", "## How to switch");
+    assert!(commands.len() >= 4, "{commands:?}");
+    for command in &commands {
+        assert_eq!(command[1], "delete", "the switch only deletes: {command:?}");
+        run_documented(&kubeconfig, command);
+    }
+    // Every object of deploy/ is still there.
+    let kustomization = deploy_objects("kustomization.yaml").remove(0);
+    for file in kustomization["resources"].as_array().unwrap() {
+        for object in deploy_objects(file.as_str().unwrap()) {
+            let kind = object["kind"].as_str().unwrap();
+            let name = object["metadata"]["name"].as_str().unwrap();
+            let namespaced = object["metadata"]["namespace"].is_string();
+            assert!(
+                exists(&kubeconfig, kind, name, namespaced),
+                "{kind} {name} of deploy/ was deleted"
+            );
+        }
+    }
+    // And none of the Go-only objects.
+    let deployed: std::collections::BTreeSet<(String, String)> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| deploy_objects(f.as_str().unwrap()))
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_string(),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go-install.yaml")).unwrap();
+    let mut go_only = 0;
+    for object in btp_manager::shipped::objects(&text).unwrap() {
+        let kind = object["kind"].as_str().unwrap().to_string();
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        if deployed.contains(&(kind.clone(), name.clone())) {
+            continue;
+        }
+        go_only += 1;
+        let namespaced = object["metadata"]["namespace"].is_string();
+        assert!(
+            !exists(&kubeconfig, &kind, &name, namespaced),
+            "{kind} {name} of the Go install is left"
+        );
+    }
+    assert_eq!(go_only, 10, "the Go-only objects the guide names");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// docs/upgrading.md#rolling-back-to-the-go-btp-manager on a cluster this manager provisioned (running as its
+/// Pod): after the documented steps (RSA certificates first, then stop and unregister) a BtpOperator create is
+/// accepted with no manager running, the operand runs as before with certificates the Go manager can renew,
+/// the CR and the CRD are there, and nothing of this manager's is registered. Installing the Go manager is
+/// the last step and not played.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_registered() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let Some(mut installed) = install_and_provision(server).await else {
+        return;
+    };
+    let client = installed.server.client().await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let operand_generation = || async {
+        deployments
+            .get(names::operand::DEPLOYMENT)
+            .await
+            .unwrap()
+            .metadata
+            .generation
+    };
+    let generation = operand_generation().await;
+    let ca_key = |s: Secret| {
+        s.data
+            .unwrap_or_default()
+            .get("ca.key")
+            .map(|b| b.0.clone())
+            .unwrap_or_default()
+    };
+    let ecdsa_ca = ca_key(secrets.get(names::operand::CA_SECRET).await.unwrap());
+    assert!(
+        ecdsa_ca.starts_with(b"-----BEGIN PRIVATE KEY-----"),
+        "ECDSA (PKCS#8) by default"
+    );
+    // A runtime ConfigMap exists (the guide patches it, or creates it).
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let runtime: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM}, "data": {}
+    }))
+    .unwrap();
+    configmaps.create(&PostParams::default(), &runtime).await.unwrap();
+
+    let blocks = documented_blocks("upgrading.md", "## Rolling back to the Go BTP Manager");
+    assert_eq!(blocks.len(), 2, "RSA first, then stop and unregister: {blocks:?}");
+    for command in &blocks[0] {
+        run_documented(&installed.kubeconfig, command);
+    }
+    // The manager issues an RSA pair the Go manager can renew from (PKCS#1), without touching the Deployment.
+    eventually(Duration::from_secs(60), "a new RSA CA stored as PKCS#1", || async {
+        secrets
+            .get_opt(names::operand::CA_SECRET)
+            .await
+            .unwrap()
+            .is_some_and(|s| ca_key(s).starts_with(b"-----BEGIN RSA PRIVATE KEY-----"))
+    })
+    .await;
+    assert_eq!(
+        operand_generation().await,
+        generation,
+        "the operand Deployment is not changed"
+    );
+
+    for command in &blocks[1] {
+        run_documented(&installed.kubeconfig, command);
+        if command[1] == "scale" {
+            // The kubelet's part: a Pod of a Deployment scaled to zero ends.
+            drop(installed.pod.take());
+        }
+    }
+    assert!(installed.pod.is_none(), "the documented steps stop the manager");
+
+    // BtpOperator creates are accepted without the manager (nothing refuses them).
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    let other: BtpOperator = serde_json::from_value(serde_json::json!({
+        "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+        "metadata": {"name": "another", "namespace": "default"}, "spec": {}
+    }))
+    .unwrap();
+    crs.create(&PostParams::default(), &other)
+        .await
+        .expect("a BtpOperator create is accepted after the rollback");
+    // Nothing of ours registered; the objects the Go install shares by name stay for it to replace.
+    let kubeconfig = &installed.kubeconfig;
+    for (kind, name, namespaced) in [
+        (
+            "validatingwebhookconfiguration",
+            names::webhook::VALIDATING_CONFIGURATION,
+            false,
+        ),
+        (
+            "mutatingwebhookconfiguration",
+            names::webhook::MUTATING_CONFIGURATION,
+            false,
+        ),
+        ("service", names::webhook::SERVICE_NAME, true),
+        ("secret", names::webhook::CERT_SECRET_NAME, true),
+        ("networkpolicy", "btp-manager-allow-webhook", true),
+    ] {
+        assert!(
+            !exists(kubeconfig, kind, name, namespaced),
+            "{kind} {name} is left registered"
+        );
+    }
+    for (kind, name, namespaced) in [
+        ("deployment", "btp-manager-controller-manager", true),
+        ("clusterrole", "btp-manager-manager-role", false),
+        (
+            "customresourcedefinition",
+            "btpoperators.operator.kyma-project.io",
+            false,
+        ),
+    ] {
+        assert!(
+            exists(kubeconfig, kind, name, namespaced),
+            "{kind} {name} stays for the Go install"
+        );
+    }
+    // The operand runs on, with its certificates and webhook configurations; the CR keeps its finalizer.
+    assert_eq!(operand_generation().await, generation);
+    for (kind, name, namespaced) in [
+        ("secret", names::operand::CA_SECRET, true),
+        ("secret", names::operand::WEBHOOK_SECRET, true),
+        (
+            "validatingwebhookconfiguration",
+            names::operand::VALIDATING_WEBHOOK_CONFIGURATION,
+            false,
+        ),
+        (
+            "mutatingwebhookconfiguration",
+            names::operand::MUTATING_WEBHOOK_CONFIGURATION,
+            false,
+        ),
+    ] {
+        assert!(
+            exists(kubeconfig, kind, name, namespaced),
+            "the operand's {kind} {name}"
+        );
+    }
+    let cr = Api::<BtpOperator>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .get(names::BTP_OPERATOR_NAME)
+        .await
+        .expect("the CR stays");
+    assert!(cr
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == names::FINALIZER));
+    assert!(cr.metadata.deletion_timestamp.is_none());
 }

@@ -14,6 +14,7 @@
 //! - `local`: `btp-manager local`, everything against the embedded API server.
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
 //! - `shipped`: what `deploy/` installs, built in (for `local` and `doctor`).
+//! - `uninstall`: `btp-manager uninstall --keep-operand`, the way back to the Go BTP Manager.
 //! - `ops`: metrics and health endpoints; `telemetry`: logging; `watch_backoff`: how watches retry.
 
 pub mod app;
@@ -30,6 +31,7 @@ pub mod reconciler;
 pub mod shipped;
 pub mod tasks;
 pub mod telemetry;
+pub mod uninstall;
 pub mod watch_backoff;
 pub mod webhook_certs;
 

@@ -805,3 +805,170 @@ async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_
         .any(|f| f == names::FINALIZER));
     assert!(cr.metadata.deletion_timestamp.is_none());
 }
+
+/// `btp-manager uninstall --keep-operand` with `kubeconfig` (and `extra` flags): its stdout; panics when it fails.
+fn uninstall_keep_operand(kubeconfig: &Path, extra: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+        .args(["uninstall", "--keep-operand", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run btp-manager uninstall");
+    assert!(
+        out.status.success(),
+        "btp-manager uninstall --keep-operand {extra:?}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `btp-manager uninstall --keep-operand` on a cluster the manager (as its Pod) provisioned: without
+/// `--apply` it changes nothing and says what it would do; with it the manager is stopped and unregistered,
+/// BtpOperator creates are accepted, and the operand, the CR and the objects the Go install shares stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_keep_operand_is_a_dry_run_unless_applied_and_then_unregisters_only_the_manager() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    use k8s_openapi::api::apps::v1::Deployment;
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let Some(mut installed) = install_and_provision(server).await else {
+        return;
+    };
+    let client = installed.server.client().await;
+    let kubeconfig = installed.kubeconfig.clone();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let generation = deployments
+        .get(names::operand::DEPLOYMENT)
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    let log = installed.server.request_log();
+
+    let before = log.len();
+    let dry = uninstall_keep_operand(&kubeconfig, &[]);
+    assert!(
+        dry.contains(&format!(
+            "would delete ValidatingWebhookConfiguration {}",
+            names::webhook::VALIDATING_CONFIGURATION
+        )),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("would scale Deployment kyma-system/btp-manager-controller-manager to 0"),
+        "{dry}"
+    );
+    assert!(dry.contains("dry run: nothing changed"), "{dry}");
+    let writes: Vec<String> = log
+        .since(before)
+        .into_iter()
+        .filter(|r| r.changed && r.user == "system:admin")
+        .map(|r| format!("{} {} {}", r.verb, r.resource, r.name))
+        .collect();
+    assert!(writes.is_empty(), "the dry run wrote: {writes:?}");
+    assert!(exists(
+        &kubeconfig,
+        "validatingwebhookconfiguration",
+        names::webhook::VALIDATING_CONFIGURATION,
+        false
+    ));
+
+    // The kubelet's part: the manager's process ends once its Deployment is scaled to zero.
+    let pod = installed.pod.take();
+    let watch = {
+        let deployments = deployments.clone();
+        tokio::spawn(async move {
+            eventually(Duration::from_secs(60), "the manager is scaled to zero", || async {
+                deployments
+                    .get("btp-manager-controller-manager")
+                    .await
+                    .ok()
+                    .and_then(|d| d.spec)
+                    .and_then(|s| s.replicas)
+                    == Some(0)
+            })
+            .await;
+            drop(pod);
+        })
+    };
+    let applied = {
+        let kubeconfig = kubeconfig.clone();
+        tokio::task::spawn_blocking(move || uninstall_keep_operand(&kubeconfig, &["--apply", "--timeout=60s"]))
+            .await
+            .unwrap()
+    };
+    watch.await.unwrap();
+    assert!(
+        applied.contains("scaled Deployment kyma-system/btp-manager-controller-manager to 0 replicas"),
+        "{applied}"
+    );
+    for (kind, name, namespaced) in [
+        (
+            "validatingwebhookconfiguration",
+            names::webhook::VALIDATING_CONFIGURATION,
+            false,
+        ),
+        (
+            "mutatingwebhookconfiguration",
+            names::webhook::MUTATING_CONFIGURATION,
+            false,
+        ),
+        ("service", names::webhook::SERVICE_NAME, true),
+        ("secret", names::webhook::CERT_SECRET_NAME, true),
+        ("networkpolicy", "btp-manager-allow-webhook", true),
+    ] {
+        assert!(
+            !exists(&kubeconfig, kind, name, namespaced),
+            "{kind} {name} is left registered"
+        );
+    }
+    for (kind, name, namespaced) in [
+        ("deployment", "btp-manager-controller-manager", true),
+        (
+            "customresourcedefinition",
+            "btpoperators.operator.kyma-project.io",
+            false,
+        ),
+        ("btpoperator", names::BTP_OPERATOR_NAME, true),
+        ("secret", names::operand::CA_SECRET, true),
+        (
+            "validatingwebhookconfiguration",
+            names::operand::VALIDATING_WEBHOOK_CONFIGURATION,
+            false,
+        ),
+    ] {
+        assert!(exists(&kubeconfig, kind, name, namespaced), "{kind} {name} stays");
+    }
+    assert_eq!(
+        deployments
+            .get(names::operand::DEPLOYMENT)
+            .await
+            .unwrap()
+            .metadata
+            .generation,
+        generation,
+        "the operand is not touched"
+    );
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    let other: BtpOperator = serde_json::from_value(serde_json::json!({
+        "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+        "metadata": {"name": "another", "namespace": "default"}, "spec": {}
+    }))
+    .unwrap();
+    crs.create(&PostParams::default(), &other)
+        .await
+        .expect("a BtpOperator create is accepted after the uninstall");
+    // Running it again finds nothing left to do.
+    let again = uninstall_keep_operand(&kubeconfig, &["--apply", "--timeout=10s"]);
+    assert!(
+        again.contains(&format!(
+            "absent: ValidatingWebhookConfiguration {}",
+            names::webhook::VALIDATING_CONFIGURATION
+        )),
+        "{again}"
+    );
+}

@@ -80,7 +80,10 @@ async fn operand_pods(client: &kube::Client) -> Vec<(String, String)> {
 }
 
 /// Every state the CR shows from now on (None: no status), as the watch delivers it.
-fn record_states(client: &kube::Client) -> (Arc<Mutex<Vec<Option<String>>>>, tokio::task::JoinHandle<()>) {
+/// The states a watch saw, in order (None: no status yet).
+type States = Arc<Mutex<Vec<Option<String>>>>;
+
+fn record_states(client: &kube::Client) -> (States, tokio::task::JoinHandle<()>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", names::BTP_OPERATOR_NAME));

@@ -717,22 +717,29 @@ async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_
         "the operand Deployment is not changed"
     );
 
-    for command in &blocks[1] {
-        run_documented(&installed.kubeconfig, command);
-        if command[1] == "scale" {
-            // The kubelet's part: a Pod of a Deployment scaled to zero ends.
-            drop(installed.pod.take());
-        }
-    }
-    assert!(installed.pod.is_none(), "the documented steps stop the manager");
-
-    // BtpOperator creates are accepted without the manager (nothing refuses them).
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
     let other: BtpOperator = serde_json::from_value(serde_json::json!({
         "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
         "metadata": {"name": "another", "namespace": "default"}, "spec": {}
     }))
     .unwrap();
+    for command in &blocks[1] {
+        run_documented(&installed.kubeconfig, command);
+        if command[1] == "scale" {
+            // The kubelet's part: a Pod of a Deployment scaled to zero ends.
+            drop(installed.pod.take());
+            // What the rest is for: with the manager gone, its validating webhook (failurePolicy Fail) refuses
+            // every BtpOperator create.
+            let refused = crs.create(&PostParams::default(), &other).await;
+            assert!(
+                refused.is_err(),
+                "a stopped manager's webhook refuses creates: {refused:?}"
+            );
+        }
+    }
+    assert!(installed.pod.is_none(), "the documented steps stop the manager");
+
+    // BtpOperator creates are accepted without the manager (nothing refuses them).
     crs.create(&PostParams::default(), &other)
         .await
         .expect("a BtpOperator create is accepted after the rollback");

@@ -214,3 +214,19 @@ fn rollouts_and_drains_keep_a_serving_replica() {
         "spread over nodes, still schedulable on one: {spread:?}"
     );
 }
+
+/// `kubectl delete -k deploy/` is the uninstall: the base must hold no Namespace (deleting `kyma-system` would
+/// delete every other module's objects in it); the namespace is a prerequisite of its own, `deploy/namespace/`.
+#[test]
+fn the_base_kustomization_holds_no_namespace() {
+    let kustomization = documents("kustomization.yaml").remove(0);
+    for file in kustomization["resources"].as_array().unwrap() {
+        let file = file.as_str().unwrap();
+        for doc in documents(file) {
+            assert_ne!(doc["kind"], "Namespace", "deploy/{file} holds a Namespace");
+        }
+    }
+    let prerequisite = documents("namespace/namespace.yaml").remove(0);
+    assert_eq!(prerequisite["kind"], "Namespace");
+    assert_eq!(prerequisite["metadata"]["name"], btp_api::names::KYMA_SYSTEM);
+}

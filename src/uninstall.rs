@@ -235,13 +235,17 @@ mod tests {
                 o.name.starts_with("btp-manager-") || o.name.starts_with("kyma-btp-operator-"),
                 "{o:?}"
             );
-            for shared in [
-                DEPLOYMENT,
-                "btp-manager-manager-role",
-                "btp-manager-metrics-service",
-                "btp-manager-kyma-priority",
+            for (kind, name) in [
+                ("Deployment", DEPLOYMENT),
+                ("ServiceAccount", DEPLOYMENT),
+                ("ClusterRole", "btp-manager-manager-role"),
+                ("Service", "btp-manager-metrics-service"),
+                ("PriorityClass", "btp-manager-kyma-priority"),
             ] {
-                assert_ne!(o.name, shared, "shared with the Go install by name");
+                assert!(
+                    !(o.kind == kind && o.name == name),
+                    "{kind} {name} is shared with the Go install by name"
+                );
             }
             assert!(!["CustomResourceDefinition", "BtpOperator", "Lease"].contains(&o.kind));
         }

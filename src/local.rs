@@ -123,6 +123,10 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     );
     let (term_tx, term_rx) = watch::channel(false);
     let running = ManagerBuilder::new(manager, options)?.start(term_rx.clone()).await?;
+    // Leader-elected: the webhooks are registered once this process leads and has issued the certificate.
+    tokio::time::timeout(std::time::Duration::from_secs(30), running.admission_works())
+        .await
+        .context("the webhooks were not registered within 30 s (no leader?)")?;
     say(
         started,
         format_args!(

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Default)]
 pub struct Readiness {
     serving: Arc<AtomicBool>,
-    admission: Arc<AtomicBool>,
+    admission: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Readiness {
@@ -25,7 +25,11 @@ impl Readiness {
     }
     /// Whether the served certificate is the one the registered caBundle trusts.
     pub fn set_admission(&self, works: bool) {
-        self.admission.store(works, Ordering::Release);
+        self.admission.send_if_modified(|now| std::mem::replace(now, works) != works);
+    }
+    /// Wait until admission through this replica works (at once when it does).
+    pub async fn admission_works(&self) {
+        let _ = self.admission.subscribe().wait_for(|works| *works).await;
     }
     /// Whether ready.
     pub fn get(&self) -> bool {
@@ -35,7 +39,7 @@ impl Readiness {
     pub fn why_not(&self) -> Option<&'static str> {
         if !self.serving.load(Ordering::Acquire) {
             Some("not started, or shutting down")
-        } else if !self.admission.load(Ordering::Acquire) {
+        } else if !*self.admission.borrow() {
             Some("the webhook server does not serve a certificate that the registered caBundle trusts yet")
         } else {
             None

@@ -252,6 +252,12 @@ impl Manager {
         self.plan.shut_down().await
     }
 
+    /// Wait until admission through this manager works: the webhook server serves the certificate that the
+    /// registered caBundle trusts (with leader election, once a leader has issued and registered it).
+    pub async fn admission_works(&self) {
+        self.plan.ready.admission_works().await
+    }
+
     /// Stop at once, as a killed process would: the in-flight reconcile is abandoned, a held Lease is not
     /// released (it expires), open webhook connections are dropped.
     pub async fn kill(self) {

@@ -25,7 +25,8 @@ impl Readiness {
     }
     /// Whether the served certificate is the one the registered caBundle trusts.
     pub fn set_admission(&self, works: bool) {
-        self.admission.send_if_modified(|now| std::mem::replace(now, works) != works);
+        self.admission
+            .send_if_modified(|now| std::mem::replace(now, works) != works);
     }
     /// Wait until admission through this replica works (at once when it does).
     pub async fn admission_works(&self) {

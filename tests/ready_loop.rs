@@ -10,6 +10,7 @@ use btp_manager::reconciler::resources::ModuleResources;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
 
@@ -288,6 +289,87 @@ async fn network_policies_follow_the_disable_annotation_and_spare_foreign_ones()
     annotate(serde_json::Value::Null).await;
     eventually(Duration::from_secs(5), "policies back after re-enabling", || async {
         count().await == 4
+    })
+    .await;
+    env.stop().await;
+}
+
+/// The API server policy carries the ports of the live `default/kubernetes` EndpointSlices: read before the
+/// first apply, followed by a watch. On a real cluster the API server owns that slice: only its port is
+/// checked there.
+#[tokio::test]
+async fn the_api_server_policy_follows_the_kubernetes_endpoint_slices() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let slice = |port: u16| -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"]}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        }))
+        .unwrap()
+    };
+    let real = real_cluster().is_some();
+    let env = if real {
+        ready_env(Config::default()).await
+    } else {
+        // Before the manager starts: its first apply already allows 7443.
+        let env = Env::start(Config::default(), true).await;
+        let slices: Api<EndpointSlice> = Api::namespaced(env.client.clone(), "default");
+        slices.create(&PostParams::default(), &slice(7443)).await.unwrap();
+        env.create_secret_and_cr().await;
+        env
+    };
+    let policies: Api<NetworkPolicy> = Api::namespaced(env.client.clone(), NS);
+    let allowed = |port: u16| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .get_opt("kyma-project.io--btp-operator-allow-to-apiserver")
+                .await
+                .unwrap()
+                .and_then(|p| p.spec)
+                .and_then(|s| s.egress)
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|rule| rule.ports.iter().flatten())
+                .any(|p| p.port == Some(IntOrString::Int(i32::from(port))))
+        }
+    };
+    let slices: Api<EndpointSlice> = Api::namespaced(env.client.clone(), "default");
+    if real {
+        let live = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+            .await
+            .unwrap();
+        for port in live
+            .items
+            .iter()
+            .flat_map(|s| s.ports.iter().flatten())
+            .filter_map(|p| p.port)
+        {
+            let port = u16::try_from(port).unwrap();
+            eventually(Duration::from_secs(10), &format!("port {port} allowed"), || {
+                allowed(port)
+            })
+            .await;
+        }
+        env.stop().await;
+        return;
+    }
+    eventually(Duration::from_secs(10), "7443 allowed", || allowed(7443)).await;
+    slices
+        .patch(
+            "kubernetes",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]})),
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "6443 allowed, 7443 no longer", || async {
+        allowed(6443).await && !allowed(7443).await
     })
     .await;
     env.stop().await;

@@ -186,6 +186,25 @@ fn builtin_list() -> Vec<ResourceDef> {
             false,
         ),
         builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
+        // `default/kubernetes`'s slices name the API server's endpoint port (the network policies follow it).
+        builtin(
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            "EndpointSlice",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            true,
+        ),
         // Create only: answered from RBAC, never stored (`access::review`).
         builtin(
             "authorization.k8s.io",

@@ -61,6 +61,9 @@ struct Term {
     required_secret: RwLock<Option<(String, String, Store<Secret>)>>,
     /// The watch-fed copies passes read (`controller::run` starts them with the term).
     caches: RwLock<Option<Arc<super::cache::Caches>>>,
+    /// The `default/kubernetes` EndpointSlices (the API server's ports the network policies allow), kept
+    /// by a watch that `controller::run` starts.
+    api_server_slices: RwLock<Option<Store<k8s_openapi::api::discovery::v1::EndpointSlice>>>,
 }
 
 impl Term {
@@ -74,6 +77,7 @@ impl Term {
             operand_secrets: RwLock::new(None),
             required_secret: RwLock::new(None),
             caches: RwLock::new(None),
+            api_server_slices: RwLock::new(None),
         }
     }
 }
@@ -167,6 +171,18 @@ impl Context {
     /// This term's caches, once started (a pass without them reads from the API server).
     pub fn caches(&self) -> Option<Arc<super::cache::Caches>> {
         read(&self.term().caches)
+    }
+
+    /// Keep the API server's EndpointSlices in `store` from now on (see [`Context::api_server_slices`]).
+    pub fn set_api_server_slices(&self, store: Store<k8s_openapi::api::discovery::v1::EndpointSlice>) {
+        write(&self.term().api_server_slices, Some(store));
+    }
+
+    /// The API server's EndpointSlices' store once its first list has completed; None before (the caller
+    /// lists them itself).
+    pub fn api_server_slices(&self) -> Option<Store<k8s_openapi::api::discovery::v1::EndpointSlice>> {
+        let store = read(&self.term().api_server_slices)?;
+        super::cache::listed(&store).then_some(store)
     }
 
     /// Keep the operand Secrets in `store` from now on (see [`Context::operand_secrets`]).

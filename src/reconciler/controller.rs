@@ -123,6 +123,32 @@ async fn keep_operand_secrets(ctx: Arc<Context>) {
         .await;
 }
 
+/// The `default/kubernetes` EndpointSlices, kept in the context's store (passes read their ports from it),
+/// as triggers: every change of them brings the CR back.
+fn api_server_slices(ctx: &Arc<Context>) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
+    use crate::reconciler::network_policies::{API_SERVER_SLICES_NAMESPACE, API_SERVER_SLICES_SELECTOR};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let (store, writer) = kube::runtime::reflector::store();
+    ctx.set_api_server_slices(store);
+    let wake = waker(ctx);
+    watcher::watcher(
+        Api::<EndpointSlice>::namespaced(ctx.client.clone(), API_SERVER_SLICES_NAMESPACE),
+        watcher::Config::default().labels(API_SERVER_SLICES_SELECTOR),
+    )
+    .backoff(WatchBackoff::default())
+    .reflect(writer)
+    .touched_objects()
+    .filter_map(move |slice| {
+        std::future::ready(match slice {
+            Ok(slice) => wake(slice),
+            Err(e) => {
+                tracing::debug!(error = %e, "API server EndpointSlices watch");
+                None
+            }
+        })
+    })
+}
+
 /// Deletions of `kind` (ServiceInstance or ServiceBinding), as triggers while the CR is being deleted.
 /// Metadata only, and nothing is stored: 10,000 of them cost a few pages of listing, not memory. After every
 /// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The CRDs come
@@ -234,6 +260,9 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
             })
         }
     });
+    // The API server's EndpointSlices: their ports are rendered into the network policies, and a change
+    // of them brings a pass that re-applies the policies.
+    let api_server_slices = api_server_slices(&ctx);
     // The copies passes read (super::cache), started before the first pass.
     let (caches, changes, keep_caches) = super::cache::start(&client, &config.chart_namespace);
     ctx.set_caches(caches);
@@ -250,6 +279,7 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         // namespace): edits and deletions are reverted, a Deployment that becomes available is seen.
         .reconcile_on(module_changes)
         .reconcile_on(triggered)
+        .reconcile_on(api_server_slices)
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown.clone())

@@ -99,12 +99,18 @@ impl ModuleReads {
 }
 
 impl Cluster<'_> {
-    /// The network policies to apply (and whether to remove ours instead) for a CR with `policies_enabled`.
-    fn policy_plan(&self, policies_enabled: bool) -> (Vec<Value>, bool) {
-        match network_policies::plan(&self.settings.network_policies, policies_enabled) {
-            network_policies::Plan::Apply(policies) => (policies, false),
-            network_policies::Plan::Remove => (Vec::new(), true),
-        }
+    /// The network policies to apply, rendered for this cluster's API server ports (and whether to remove
+    /// ours instead) for a CR with `policies_enabled`.
+    async fn policy_plan(&self, policies_enabled: bool) -> Result<(Vec<Value>, bool), ApplyError> {
+        Ok(
+            match network_policies::plan(&self.settings.network_policies, policies_enabled) {
+                network_policies::Plan::Apply(policies) => (
+                    network_policies::render(&policies, &self.api_server_ports().await?),
+                    false,
+                ),
+                network_policies::Plan::Remove => (Vec::new(), true),
+            },
+        )
     }
 
     /// Read every object the apply may write, side by side (the compare-before-apply reads, the operand's
@@ -116,7 +122,7 @@ impl Cluster<'_> {
         credentials: &Credentials,
         policies_enabled: bool,
     ) -> Result<ModuleReads, ApplyError> {
-        let (policies, _) = self.policy_plan(policies_enabled);
+        let (policies, _) = self.policy_plan(policies_enabled).await?;
         let inputs = self.inputs(credentials, &policies);
         let mut targets: Vec<Value> = resources::prepare(module, &inputs)?;
         targets.extend([operand::CA_SECRET, operand::WEBHOOK_SECRET].map(|name| {
@@ -188,7 +194,7 @@ impl Cluster<'_> {
         policies_enabled: bool,
         reads: Option<ModuleReads>,
     ) -> Result<Applied, ApplyError> {
-        let (policies, remove_policies) = self.policy_plan(policies_enabled);
+        let (policies, remove_policies) = self.policy_plan(policies_enabled).await?;
         let reads = match reads {
             Some(reads) => reads,
             None => self.read_module(module, credentials, policies_enabled).await?,

@@ -9,6 +9,7 @@
 mod api;
 mod apply;
 mod drift;
+mod endpoints;
 mod removal;
 pub mod retry;
 mod services;

@@ -184,14 +184,24 @@ fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<Key, Option<Stri
 /// directly, the store has now caught up with it, and whatever the store shows from here on is as new or
 /// newer (a watch delivers one object's changes in order). This is what lets a store that shows a later
 /// change of someone else's (the Deployment controller's status right after our apply) answer again.
-fn seen_in_watch(pending: &Pending, key: &Key, resource_version: Option<&str>) {
-    {
+///
+/// Returns whether the change was such an echo of this process's own write or delete
+/// ([`Cause::Ours`](super::gate::Cause)): only those are held back while a failed pass waits for its retry.
+fn seen_in_watch(pending: &Pending, key: &Key, resource_version: Option<&str>) -> super::gate::Cause {
+    let echo = {
         let mut seen = lock(pending);
-        if seen.get(key).is_some_and(|seen| seen.as_deref() == resource_version) {
+        let echo = seen.get(key).is_some_and(|seen| seen.as_deref() == resource_version);
+        if echo {
             seen.remove(key);
         }
-    }
+        echo
+    };
     pending.changed.notify_waiters();
+    if echo {
+        super::gate::Cause::Ours
+    } else {
+        super::gate::Cause::Theirs
+    }
 }
 
 /// Whether `store` has finished its first list (a store answers only from then on).
@@ -341,6 +351,12 @@ impl Caches {
         }
     }
 
+    /// A watch outside these stores (the credentials Secret's) delivered `key` at `resource_version`: whether
+    /// it echoes a write of this process recorded with [`Caches::saw`] (the entry is then cleared).
+    pub fn echo(&self, key: &Key, resource_version: Option<&str>) -> super::gate::Cause {
+        seen_in_watch(&self.direct, key, resource_version)
+    }
+
     /// Like [`Caches::saw`] for a read, only when something is pending for `key` (a read of an object no
     /// write of ours touched leaves nothing to wait for).
     pub fn read_again(&self, key: &Key, resource_version: Option<String>) {
@@ -351,14 +367,15 @@ impl Caches {
 }
 
 /// A store and its watch for `api` seen through `config`; the stream yields once per change the store
-/// takes (for triggers).
+/// takes (for triggers), with its cause: an echo of our own write, or not. A relist cannot tell (it
+/// reports what changed while the watch was down, ours or not): it counts as ours.
 fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
     (kind, namespaced): (&'static str, bool),
     pending: Pending,
-) -> impl Stream<Item = ()> + Send + 'static
+) -> impl Stream<Item = super::gate::Cause> + Send + 'static
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
@@ -375,16 +392,10 @@ where
             std::future::ready(match event {
                 // Not an `InitApply`: a relist's objects reach the store only at its `InitDone`, and until
                 // then the store still shows what it had (the pending entry clears when it shows the same).
-                Ok(watcher::Event::Apply(o)) => {
-                    seen_in_watch(&pending, &key(&o), version(&o));
-                    Some(())
-                }
+                Ok(watcher::Event::Apply(o)) => Some(seen_in_watch(&pending, &key(&o), version(&o))),
                 Ok(watcher::Event::InitApply(_)) => None,
-                Ok(watcher::Event::Delete(o)) => {
-                    seen_in_watch(&pending, &key(&o), None);
-                    Some(())
-                }
-                Ok(watcher::Event::InitDone) => Some(()),
+                Ok(watcher::Event::Delete(o)) => Some(seen_in_watch(&pending, &key(&o), None)),
+                Ok(watcher::Event::InitDone) => Some(super::gate::Cause::Ours),
                 Ok(watcher::Event::Init) => None,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "cache watch");
@@ -395,14 +406,14 @@ where
 }
 
 /// The stores of a term, for a manager whose chart namespace is `namespace`: the caches, a stream that
-/// yields once per change of a module object (the controller's trigger), and a future that keeps the
+/// yields once per change of a module object, with its cause (the controller's trigger), and a future that keeps the
 /// cluster-ID Secret and pod stores (run it beside).
 pub fn start(
     client: &kube::Client,
     namespace: &str,
 ) -> (
     std::sync::Arc<Caches>,
-    impl Stream<Item = ()> + Send + 'static,
+    impl Stream<Item = super::gate::Cause> + Send + 'static,
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let labelled = format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY_BTP_MANAGER);
@@ -469,8 +480,8 @@ pub fn start(
     });
     let keep = async move {
         futures::join!(
-            clusterid_watch.for_each(|()| async {}),
-            pods_watch.for_each(|()| async {})
+            clusterid_watch.for_each(|_| async {}),
+            pods_watch.for_each(|_| async {})
         );
     };
     (caches, futures::stream::select_all(triggers), keep)
@@ -654,6 +665,25 @@ mod tests {
         f.caches.saw(k.clone(), None);
         seen_in_watch(&f.caches.direct, &k, None);
         assert!(f.caches.direct().is_empty());
+    }
+
+    #[test]
+    fn only_the_echo_of_our_own_write_or_delete_counts_as_ours() {
+        use crate::reconciler::gate::Cause;
+        let f = fed();
+        let k = key("Secret", "sap-btp-service-operator");
+        assert_eq!(f.caches.echo(&k, Some("3")), Cause::Theirs, "nothing of ours pending");
+        f.caches.saw(k.clone(), Some("5".into()));
+        assert_eq!(
+            f.caches.echo(&k, Some("4")),
+            Cause::Theirs,
+            "another version: someone else's"
+        );
+        assert_eq!(f.caches.echo(&k, Some("5")), Cause::Ours, "the echo of our write");
+        assert_eq!(f.caches.echo(&k, Some("5")), Cause::Theirs, "an echo counts once");
+        f.caches.saw(k.clone(), None);
+        assert_eq!(f.caches.echo(&k, None), Cause::Ours, "the echo of our delete");
+        assert_eq!(f.caches.echo(&k, None), Cause::Theirs);
     }
 
     #[tokio::test]

@@ -285,10 +285,11 @@ impl Context {
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()))
     }
 
-    /// A trigger from a secondary watch: true to pass it on, false when a failed pass waits for its retry
-    /// (the trigger is then deferred, never dropped: see [`Gate`]).
-    pub fn admit_trigger(&self) -> bool {
-        clock(&self.term().gate).admit(Instant::now())
+    /// A trigger from a secondary watch, caused as `cause`: true to pass it on, false when it echoes our own
+    /// write while a failed pass waits for its retry (the trigger is then deferred, never dropped: see
+    /// [`Gate`]).
+    pub fn admit_trigger(&self, cause: super::gate::Cause) -> bool {
+        clock(&self.term().gate).admit(Instant::now(), cause)
     }
 
     /// Whether a failed reconcile waits for its retry.

@@ -3,6 +3,7 @@
 
 use super::context::Context;
 use super::error::ReconcileError;
+use super::gate::Cause;
 use crate::config::{self, Config, Settings};
 use crate::tasks::BoxedFuture;
 use crate::watch_backoff::WatchBackoff;
@@ -140,7 +141,8 @@ fn api_server_slices(ctx: &Arc<Context>) -> impl futures::Stream<Item = ObjectRe
     .touched_objects()
     .filter_map(move |slice| {
         std::future::ready(match slice {
-            Ok(slice) => wake(slice),
+            // The API server's own: the manager never writes them.
+            Ok(_) => wake(Cause::Theirs),
             Err(e) => {
                 tracing::debug!(error = %e, "API server EndpointSlices watch");
                 None
@@ -164,7 +166,8 @@ fn service_deletions(
         .filter_map(move |event| {
             let wake = match event {
                 Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => {
-                    ctx.memory(|m| m.deleting()) && ctx.admit_trigger()
+                    // Someone else's: the operand removes them, or their owners do.
+                    ctx.memory(|m| m.deleting()) && ctx.admit_trigger(Cause::Theirs)
                 }
                 Ok(_) => false,
                 Err(e) => {
@@ -176,12 +179,23 @@ fn service_deletions(
         })
 }
 
-/// The mapper of a secondary watch: any change brings the CR back, except while a failed pass waits for
-/// its retry (a pass that restores the operand must not re-trigger itself): then the change is deferred,
-/// never dropped ([`super::gate::Gate`]).
-fn waker<T>(ctx: &Arc<Context>) -> impl Fn(T) -> Option<ObjectRef<BtpOperator>> + Send + Sync + 'static {
+/// The mapper of a secondary watch: any change brings the CR back, except an echo of our own write while a
+/// failed pass waits for its retry (a pass that restores the operand must not re-trigger itself): then the
+/// change is deferred, never dropped ([`super::gate::Gate`]).
+fn waker(ctx: &Arc<Context>) -> impl Fn(Cause) -> Option<ObjectRef<BtpOperator>> + Send + Sync + 'static {
     let ctx = ctx.clone();
-    move |_| ctx.admit_trigger().then(the_cr)
+    move |cause| ctx.admit_trigger(cause).then(the_cr)
+}
+
+/// Whether a change of the credentials Secret echoes the manager's own write of it (its drift annotations,
+/// recorded in the caches' pending writes) or is someone else's.
+fn secret_cause(ctx: &Context, secret: &Secret) -> Cause {
+    use kube::ResourceExt as _;
+    let Some(caches) = ctx.caches() else {
+        return Cause::Theirs;
+    };
+    let key = ("Secret".to_string(), secret.namespace(), secret.name_any());
+    caches.echo(&key, secret.metadata.resource_version.as_deref())
 }
 
 /// A hash of what a reconcile reads from the CR besides its status: identity, generation, labels,
@@ -250,9 +264,10 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     .touched_objects()
     .filter_map({
         let wake = waker(&ctx);
+        let ctx = ctx.clone();
         move |secret| {
             std::future::ready(match secret {
-                Ok(secret) => wake(secret),
+                Ok(secret) => wake(secret_cause(&ctx, &secret)),
                 Err(e) => {
                     tracing::debug!(error = %e, "credentials Secret watch");
                     None
@@ -269,7 +284,7 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     let _caches = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_caches));
     let module_changes = changes.filter_map({
         let wake = waker(&ctx);
-        move |()| std::future::ready(wake(()))
+        move |cause| std::future::ready(wake(cause))
     });
     let controller = Controller::for_stream(crs, reader)
         // The secondary watches share one backoff (kube's default would stretch every pause to 30 s).

@@ -139,6 +139,9 @@ pub fn trust(stored: Option<&str>, direct: Option<Option<&str>>) -> Trust {
     }
 }
 
+/// The resourceVersion recorded for a write in flight: no object has it (resourceVersions are never empty).
+const IN_FLIGHT: &str = "";
+
 /// One kind's store and what its watch sees.
 struct Watched {
     api_version: &'static str,
@@ -185,16 +188,18 @@ fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<Key, Option<Stri
 /// newer (a watch delivers one object's changes in order). This is what lets a store that shows a later
 /// change of someone else's (the Deployment controller's status right after our apply) answer again.
 ///
-/// Returns whether the change was such an echo of this process's own write or delete
-/// ([`Cause::Ours`](super::gate::Cause)): only those are held back while a failed pass waits for its retry.
+/// Returns whether the change echoes this process's own write or delete ([`Cause::Ours`](super::gate::Cause)):
+/// the version it wrote, or any version while that write has not been delivered yet (the API server may
+/// store an intermediate version before it answers, such as a CRD's create just before it is established).
+/// Only those are held back while a failed pass waits for its retry.
 fn seen_in_watch(pending: &Pending, key: &Key, resource_version: Option<&str>) -> super::gate::Cause {
     let echo = {
         let mut seen = lock(pending);
-        let echo = seen.get(key).is_some_and(|seen| seen.as_deref() == resource_version);
-        if echo {
+        let pending_here = seen.get(key).map(|seen| seen.as_deref() == resource_version);
+        if pending_here == Some(true) {
             seen.remove(key);
         }
-        echo
+        pending_here.is_some()
     };
     pending.changed.notify_waiters();
     if echo {
@@ -328,6 +333,22 @@ impl Caches {
         self.direct().insert(key, resource_version);
     }
 
+    /// This process is about to write `key`: until the write's answer is recorded ([`Caches::saw`]), every
+    /// version a watch delivers of it is an echo of ours (the watch may deliver the write before its answer
+    /// arrives), and reads of it go to the API server. [`Caches::write_failed`] undoes it.
+    pub fn writing(&self, key: Key) {
+        self.direct().insert(key, Some(IN_FLIGHT.to_string()));
+    }
+
+    /// The write announced with [`Caches::writing`] failed: nothing of ours is pending for `key` any more
+    /// (unless something else was recorded meanwhile).
+    pub fn write_failed(&self, key: &Key) {
+        let mut direct = self.direct();
+        if direct.get(key).is_some_and(|v| v.as_deref() == Some(IN_FLIGHT)) {
+            direct.remove(key);
+        }
+    }
+
     /// Every object of `kind` the store holds was deleted (by a delete of the collection): until the store
     /// shows each gone, it is read from the API server.
     pub fn removed(&self, kind: &str) {
@@ -366,6 +387,19 @@ impl Caches {
     }
 }
 
+/// Who caused a change a watch delivered: ours when it echoes our own write (`echo`), and also when the
+/// object has a generation that the change left as it was (`before` → `now`): a status or metadata-only
+/// update, the work of a controller following our write (the Deployment controller's status, the CRD's
+/// conditions), which a person fixing something does not make. Anything else is someone else's. Pure.
+pub fn cause_of_change(echo: super::gate::Cause, before: Option<i64>, now: Option<i64>) -> super::gate::Cause {
+    use super::gate::Cause;
+    match (echo, before, now) {
+        (Cause::Ours, _, _) => Cause::Ours,
+        (_, Some(before), Some(now)) if before == now => Cause::Ours,
+        _ => Cause::Theirs,
+    }
+}
+
 /// A store and its watch for `api` seen through `config`; the stream yields once per change the store
 /// takes (for triggers), with its cause: an echo of our own write, or not. A relist cannot tell (it
 /// reports what changed while the watch was down, ours or not): it counts as ours.
@@ -385,6 +419,8 @@ where
         let namespace = meta.namespace.clone().filter(|_| namespaced);
         (kind.to_string(), namespace, meta.name.clone().unwrap_or_default())
     };
+    // The generation each object was last seen at (see [`cause_of_change`]).
+    let mut generations: HashMap<Key, i64> = HashMap::new();
     watcher::watcher(api, config)
         .backoff(crate::watch_backoff::WatchBackoff::default())
         .reflect(writer)
@@ -392,9 +428,27 @@ where
             std::future::ready(match event {
                 // Not an `InitApply`: a relist's objects reach the store only at its `InitDone`, and until
                 // then the store still shows what it had (the pending entry clears when it shows the same).
-                Ok(watcher::Event::Apply(o)) => Some(seen_in_watch(&pending, &key(&o), version(&o))),
-                Ok(watcher::Event::InitApply(_)) => None,
-                Ok(watcher::Event::Delete(o)) => Some(seen_in_watch(&pending, &key(&o), None)),
+                Ok(watcher::Event::Apply(o)) => {
+                    let k = key(&o);
+                    let echo = seen_in_watch(&pending, &k, version(&o));
+                    let generation = o.meta().generation;
+                    let before = match generation {
+                        Some(g) => generations.insert(k, g),
+                        None => generations.remove(&k),
+                    };
+                    Some(cause_of_change(echo, before, generation))
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let Some(g) = o.meta().generation {
+                        generations.insert(key(&o), g);
+                    }
+                    None
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    let k = key(&o);
+                    generations.remove(&k);
+                    Some(seen_in_watch(&pending, &k, None))
+                }
                 Ok(watcher::Event::InitDone) => Some(super::gate::Cause::Ours),
                 Ok(watcher::Event::Init) => None,
                 Err(e) => {
@@ -668,6 +722,32 @@ mod tests {
     }
 
     #[test]
+    fn a_change_that_leaves_the_generation_is_a_controllers_and_counts_as_ours() {
+        use crate::reconciler::gate::Cause;
+        assert_eq!(cause_of_change(Cause::Ours, None, None), Cause::Ours);
+        assert_eq!(
+            cause_of_change(Cause::Theirs, Some(3), Some(3)),
+            Cause::Ours,
+            "status only"
+        );
+        assert_eq!(
+            cause_of_change(Cause::Theirs, Some(3), Some(4)),
+            Cause::Theirs,
+            "a spec edit"
+        );
+        assert_eq!(
+            cause_of_change(Cause::Theirs, None, Some(1)),
+            Cause::Theirs,
+            "created by someone"
+        );
+        assert_eq!(
+            cause_of_change(Cause::Theirs, None, None),
+            Cause::Theirs,
+            "a kind without generation"
+        );
+    }
+
+    #[test]
     fn only_the_echo_of_our_own_write_or_delete_counts_as_ours() {
         use crate::reconciler::gate::Cause;
         let f = fed();
@@ -676,8 +756,8 @@ mod tests {
         f.caches.saw(k.clone(), Some("5".into()));
         assert_eq!(
             f.caches.echo(&k, Some("4")),
-            Cause::Theirs,
-            "another version: someone else's"
+            Cause::Ours,
+            "another version while our write is not delivered yet"
         );
         assert_eq!(f.caches.echo(&k, Some("5")), Cause::Ours, "the echo of our write");
         assert_eq!(f.caches.echo(&k, Some("5")), Cause::Theirs, "an echo counts once");

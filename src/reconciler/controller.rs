@@ -153,9 +153,100 @@ fn api_server_slices(ctx: &Arc<Context>) -> impl futures::Stream<Item = ObjectRe
 
 /// Deletions of `kind` (ServiceInstance or ServiceBinding), as triggers while the CR is being deleted.
 /// Metadata only, and nothing is stored: 10,000 of them cost a few pages of listing, not memory. After every
-/// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The CRDs come
-/// with the operand, so the watch retries quickly ([`WatchBackoff`]) until they exist.
+/// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The watch runs
+/// only while the kind's CRD exists (a watch on that CRD starts and stops it, [`CrdPresence`]): no request
+/// goes to a resource the API server does not serve.
 fn service_deletions(
+    ctx: Arc<Context>,
+    kind: &'static str,
+) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let follower = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_services_crd(ctx, kind, tx)));
+    // The follower (and the deletions watch it runs) ends with this stream.
+    futures::stream::unfold((rx, follower), |(mut rx, follower)| async move {
+        rx.recv().await.map(|cr| (cr, (rx, follower)))
+    })
+}
+
+/// Whether a CRD exists, from the events of a watch on it by name. Pure.
+#[derive(Debug, Default)]
+pub struct CrdPresence {
+    present: bool,
+    listing: Option<bool>,
+}
+
+impl CrdPresence {
+    /// The presence after `event`, when it changed.
+    pub fn on<K>(&mut self, event: &watcher::Event<K>) -> Option<bool> {
+        let next = match event {
+            watcher::Event::Init => {
+                self.listing = Some(false);
+                return None;
+            }
+            watcher::Event::InitApply(_) => {
+                self.listing = Some(true);
+                return None;
+            }
+            watcher::Event::InitDone => self.listing.take().unwrap_or(false),
+            watcher::Event::Apply(_) => true,
+            watcher::Event::Delete(_) => false,
+        };
+        (next != self.present).then(|| {
+            self.present = next;
+            next
+        })
+    }
+}
+
+/// Follow the CRD of `kind`: while it exists, run the watch of `kind`'s deletions, sending its triggers to
+/// `tx`; when it goes, stop it.
+async fn follow_services_crd(
+    ctx: Arc<Context>,
+    kind: &'static str,
+    tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let resource = super::cluster::services_resource(kind);
+    let crd = format!("{}.{}", resource.plural, resource.group);
+    let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(ctx.client.clone());
+    let mut events = watcher::watcher(api, watcher::Config::default().fields(&format!("metadata.name={crd}")))
+        .backoff(WatchBackoff::default())
+        .boxed();
+    let mut presence = CrdPresence::default();
+    let mut deletions: Option<crate::tasks::AbortOnDrop<()>> = None;
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::debug!(error = %e, crd, "services CRD watch");
+                continue;
+            }
+        };
+        match presence.on(&event) {
+            Some(true) => {
+                tracing::debug!(crd, "CRD present: watching deletions");
+                let (ctx, tx) = (ctx.clone(), tx.clone());
+                deletions = Some(crate::tasks::AbortOnDrop::new(tokio::spawn(async move {
+                    let mut wakes = std::pin::pin!(watch_deletions(ctx, kind));
+                    while let Some(cr) = wakes.next().await {
+                        if tx.send(cr).is_err() {
+                            return;
+                        }
+                    }
+                })));
+            }
+            Some(false) => {
+                tracing::debug!(crd, "CRD gone: no longer watching deletions");
+                deletions = None;
+            }
+            None => {}
+        }
+    }
+    drop(deletions);
+}
+
+/// The deletions watch of `kind` itself (see [`service_deletions`]).
+fn watch_deletions(
     ctx: Arc<Context>,
     kind: &'static str,
 ) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
@@ -165,10 +256,10 @@ fn service_deletions(
         .backoff(WatchBackoff::default())
         .filter_map(move |event| {
             let wake = match event {
-                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => {
-                    // Someone else's: the operand removes them, or their owners do.
-                    ctx.memory(|m| m.deleting()) && ctx.admit_trigger(Cause::Theirs)
-                }
+                // Someone else's: the operand removes them, or their owners do.
+                Ok(watcher::Event::Delete(_)) => ctx.memory(|m| m.deleting()) && ctx.admit_trigger(Cause::Theirs),
+                // A (re)list cannot tell whose deletions it missed: held back like our echoes.
+                Ok(watcher::Event::InitDone) => ctx.memory(|m| m.deleting()) && ctx.admit_trigger(Cause::Ours),
                 Ok(_) => false,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "service watch");
@@ -379,6 +470,24 @@ mod tests {
         assert!(stuck_at_start(late, true, 1, 0), "a CR listed and no pass");
         assert!(!stuck_at_start(late, true, 0, 0), "nothing to reconcile is not stuck");
         assert!(!stuck_at_start(late, true, 1, 1), "a pass began");
+    }
+
+    #[test]
+    fn crd_presence_follows_lists_and_events() {
+        use watcher::Event as E;
+        let mut p = CrdPresence::default();
+        assert_eq!(p.on::<()>(&E::Init), None);
+        assert_eq!(p.on::<()>(&E::InitDone), None, "listed, absent: unchanged");
+        assert_eq!(p.on(&E::Apply(())), Some(true), "created");
+        assert_eq!(p.on(&E::Apply(())), None, "updated");
+        assert_eq!(p.on(&E::Delete(())), Some(false), "deleted");
+        // A relist that finds it again.
+        assert_eq!(p.on::<()>(&E::Init), None);
+        assert_eq!(p.on(&E::InitApply(())), None, "decided at InitDone");
+        assert_eq!(p.on::<()>(&E::InitDone), Some(true));
+        // A relist that no longer finds it (deleted while the watch was down).
+        assert_eq!(p.on::<()>(&E::Init), None);
+        assert_eq!(p.on::<()>(&E::InitDone), Some(false));
     }
 
     #[test]

@@ -393,10 +393,17 @@ impl Cluster<'_> {
         let (api, name) = self.dynamic_api(obj);
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         let patch = Patch::Apply(obj);
+        let caches = self.ctx.caches();
+        if let Some(caches) = &caches {
+            // Its watch may deliver this write before the answer: an echo of ours all the same.
+            caches.writing(key(obj));
+        }
         let applied = retrying(|| api.patch(&name, &params, &patch)).await;
-        if let (Ok(applied), Some(caches)) = (&applied, self.ctx.caches()) {
+        match (&applied, caches) {
             // Read from the API server until the store shows this write.
-            caches.saw(key(obj), applied.metadata.resource_version.clone());
+            (Ok(applied), Some(caches)) => caches.saw(key(obj), applied.metadata.resource_version.clone()),
+            (Err(_), Some(caches)) => caches.write_failed(&key(obj)),
+            (_, None) => {}
         }
         applied
             .map(|applied| (key(obj), serde_json::to_value(applied).ok()))

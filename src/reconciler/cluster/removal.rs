@@ -120,7 +120,16 @@ impl Cluster<'_> {
         credentials_namespaces.dedup();
 
         let params = ListParams::default().labels(&selector);
+        // Marked gone before each delete too: its watch may deliver the deletions before the answer, and
+        // they are echoes of ours (docs/behaviour.md#watches-and-triggers).
+        let caches = self.ctx.caches();
+        if let Some(caches) = &caches {
+            caches.removed("Secret");
+        }
         for (api_version, kind) in module_kinds(module) {
+            if let Some(caches) = &caches {
+                caches.removed(&kind);
+            }
             let ar = api_resource(&api_version, &kind);
             let api: Api<DynamicObject> = if resources::is_cluster_scoped(&kind) {
                 Api::all_with(self.client(), &ar)
@@ -136,7 +145,7 @@ impl Cluster<'_> {
                 failures.push(e);
             }
         }
-        if let Some(caches) = self.ctx.caches() {
+        if let Some(caches) = caches {
             // Gone, as far as this pass knows (a CR created next must not be applied from copies of them).
             for (_, kind) in module_kinds(module) {
                 caches.removed(&kind);

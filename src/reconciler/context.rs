@@ -64,6 +64,8 @@ struct Term {
     /// The `default/kubernetes` EndpointSlices (the API server's ports the network policies allow), kept
     /// by a watch that `controller::run` starts.
     api_server_slices: RwLock<Option<Store<k8s_openapi::api::discovery::v1::EndpointSlice>>>,
+    /// The module-resource kinds resolved by discovery in this term ([`super::kinds`]).
+    kinds: RwLock<Arc<super::kinds::Kinds>>,
 }
 
 impl Term {
@@ -78,6 +80,7 @@ impl Term {
             required_secret: RwLock::new(None),
             caches: RwLock::new(None),
             api_server_slices: RwLock::new(None),
+            kinds: RwLock::new(Arc::default()),
         }
     }
 }
@@ -171,6 +174,16 @@ impl Context {
     /// This term's caches, once started (a pass without them reads from the API server).
     pub fn caches(&self) -> Option<Arc<super::cache::Caches>> {
         read(&self.term().caches)
+    }
+
+    /// The kinds resolved in this term so far (empty at its start: the built-in table answers).
+    pub fn kinds(&self) -> Arc<super::kinds::Kinds> {
+        read(&self.term().kinds)
+    }
+
+    /// Remember `kinds` for the rest of the term.
+    pub fn set_kinds(&self, kinds: Arc<super::kinds::Kinds>) {
+        write(&self.term().kinds, kinds);
     }
 
     /// Keep the API server's EndpointSlices in `store` from now on (see [`Context::api_server_slices`]).

@@ -10,6 +10,7 @@ mod api;
 mod apply;
 mod drift;
 mod endpoints;
+mod kinds;
 mod removal;
 pub mod retry;
 mod services;

@@ -3,7 +3,7 @@
 //! own objects carry neither pair, see `btp_api::names::manager_labels`), the network policies, the operand
 //! Secret wherever it was moved, and the operand's cluster-ID Secret.
 
-use super::api::{api_resource, ignoring_not_found, Cluster};
+use super::api::{ignoring_not_found, Cluster};
 use super::retry::retrying;
 use crate::reconciler::drift;
 use crate::reconciler::error::{api_err, ApiError};
@@ -126,12 +126,20 @@ impl Cluster<'_> {
         if let Some(caches) = &caches {
             caches.removed("Secret");
         }
+        // Kinds nobody serves any more have nothing to delete.
+        let kinds = match self.resolve_kinds(module, &[], true).await {
+            Ok(kinds) => kinds,
+            Err(e) => {
+                tracing::debug!(error = %e, "discovery for the removal; the built-in table answers");
+                self.ctx.kinds()
+            }
+        };
         for (api_version, kind) in module_kinds(module) {
             if let Some(caches) = &caches {
                 caches.removed(&kind);
             }
-            let ar = api_resource(&api_version, &kind);
-            let api: Api<DynamicObject> = if resources::is_cluster_scoped(&kind) {
+            let ar = kinds.api_resource(&api_version, &kind);
+            let api: Api<DynamicObject> = if kinds.cluster_scoped(&api_version, &kind) {
                 Api::all_with(self.client(), &ar)
             } else {
                 Api::namespaced_with(self.client(), &self.config.chart_namespace, &ar)

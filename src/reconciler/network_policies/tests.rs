@@ -132,6 +132,7 @@ fn prepared_policies_carry_standard_labels_and_chart_namespace() {
         apply: manifests.as_array().unwrap().clone(),
         delete: vec![],
         chart_version: "v0.11.10".into(),
+        sources: Default::default(),
     };
     let Plan::Apply(policies) = plan(&shipped(), true) else {
         panic!("enabled must apply");
@@ -147,6 +148,7 @@ fn prepared_policies_carry_standard_labels_and_chart_namespace() {
         ca_bundle: None,
         extra: &policies,
         unversioned: &[],
+        kinds: None,
     };
     let objs = prepare(&resources, &inputs).unwrap();
     let prepared: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "NetworkPolicy").collect();

@@ -70,6 +70,20 @@ pub fn real_cluster() -> Option<String> {
     std::env::var("BTP_E2E_KUBECONFIG").ok().filter(|p| !p.is_empty())
 }
 
+/// Whether a test that needs the operand's own webhooks or finalizer removal must be skipped: on a real
+/// cluster without `BTP_E2E_REAL_OPERAND=1` (the embedded server gets the stand-ins of
+/// [`Env::play_operand`]). Says so on stderr when it skips.
+pub fn skipped_without_the_operand(test: &str) -> bool {
+    let skip = real_cluster().is_some() && !std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
+    if skip {
+        eprintln!(
+            "skipped {test}: on a real cluster it needs the real operand (BTP_E2E_REAL_OPERAND=1), whose webhooks \
+             guard every ServiceInstance and ServiceBinding write and whose finalizer removal ends their deletion"
+        );
+    }
+    skip
+}
+
 /// How `Env::start_with` runs the manager.
 #[derive(Clone, Debug)]
 pub struct StartOptions {

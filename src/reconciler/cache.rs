@@ -329,8 +329,36 @@ impl Caches {
 
     /// Remember what this process saw of `key` directly: a write's answer (its resourceVersion), a delete
     /// (None), or a read of the API server made while a store lagged.
+    /// When a store already shows exactly that (its watch delivered our write before the answer came),
+    /// nothing is pending: an entry left here would never clear, and would take every later change of the
+    /// object for an echo of ours.
     pub fn saw(&self, key: Key, resource_version: Option<String>) {
-        self.direct().insert(key, resource_version);
+        if self.shown(&key, resource_version.as_deref()) {
+            self.direct().remove(&key);
+        } else {
+            self.direct().insert(key, resource_version);
+        }
+    }
+
+    /// Whether the store of `key`'s kind, listed, shows it at `resource_version` (None: absent).
+    fn shown(&self, key: &Key, resource_version: Option<&str>) -> bool {
+        let (kind, namespace, name) = key;
+        let Some(watched) = self
+            .objects
+            .iter()
+            .find(|w| w.kind == kind && w.namespace.is_some() == namespace.is_some())
+        else {
+            return false;
+        };
+        if !listed(&watched.store) || (watched.namespace.is_some() && watched.namespace != *namespace) {
+            return false;
+        }
+        let mut object = ObjectRef::new_with(name, watched.resource.clone());
+        if let Some(ns) = namespace {
+            object = object.within(ns);
+        }
+        let stored = watched.store.get(&object);
+        stored.as_deref().and_then(version) == resource_version
     }
 
     /// This process is about to write `key`: until the write's answer is recorded ([`Caches::saw`]), every
@@ -744,6 +772,27 @@ mod tests {
             cause_of_change(Cause::Theirs, None, None),
             Cause::Theirs,
             "a kind without generation"
+        );
+    }
+
+    #[test]
+    fn a_write_the_store_already_shows_leaves_nothing_pending() {
+        use crate::reconciler::gate::Cause;
+        let mut f = fed();
+        let resource = f.caches.objects[0].resource.clone();
+        listed(&mut f.secrets, vec![]);
+        let k = key("Secret", "ca-server-cert");
+        f.caches.writing(k.clone());
+        // The watch delivers the write before its answer is recorded.
+        f.secrets
+            .apply_watcher_event(&Event::Apply(object(&resource, "ca-server-cert", "5")));
+        assert_eq!(f.caches.echo(&k, Some("5")), Cause::Ours, "in flight");
+        f.caches.saw(k.clone(), Some("5".into()));
+        assert!(f.caches.direct().is_empty(), "the store shows it: nothing pending");
+        assert_eq!(
+            f.caches.echo(&k, Some("6")),
+            Cause::Theirs,
+            "a later change is someone else's"
         );
     }
 

@@ -31,6 +31,10 @@ pub enum Command {
     /// Deployment and leader, its webhooks end to end, certificates, the BtpOperator, the credentials Secret and
     /// the operand. Exits 0 when nothing failed (warnings allowed).
     Doctor(DoctorArgs),
+    /// Stop the manager and delete its own registrations, keeping the operand, the BtpOperator, its CRD and
+    /// the objects the Go BTP Manager's install shares by name: the way back to the Go manager
+    /// (docs/upgrading.md). Read-only unless --apply: it prints what it would do.
+    Uninstall(UninstallArgs),
     /// Print the manager's own webhook configurations (the source of deploy/webhooks.yaml).
     WebhookManifests {
         /// Namespace of the manager's webhook Service.
@@ -51,6 +55,26 @@ pub struct DoctorArgs {
     /// Output: `text` (a line per check) or `json`.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: DoctorOutput,
+    /// A kubeconfig to use instead of the current one (`KUBECONFIG`, `~/.kube/config`).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Flags of `uninstall`.
+#[derive(Args, Debug, Clone)]
+pub struct UninstallArgs {
+    /// Keep the operand and the BtpOperator (required: a full uninstall is docs/install.md#uninstalling).
+    #[arg(long, required = true)]
+    pub keep_operand: bool,
+    /// Make the changes (without it, only print them).
+    #[arg(long)]
+    pub apply: bool,
+    /// The manager's namespace (as installed by deploy/).
+    #[arg(long, default_value = btp_api::names::KYMA_SYSTEM)]
+    pub namespace: String,
+    /// How long to wait for the manager's Pods to end after scaling it to zero.
+    #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
+    pub timeout: std::time::Duration,
     /// A kubeconfig to use instead of the current one (`KUBECONFIG`, `~/.kube/config`).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,

@@ -14,22 +14,28 @@
 //! - `local`: `btp-manager local`, everything against the embedded API server.
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
 //! - `shipped`: what `deploy/` installs, built in (for `local` and `doctor`).
+//! - `uninstall`: `btp-manager uninstall --keep-operand`, the way back to the Go BTP Manager.
 //! - `ops`: metrics and health endpoints; `telemetry`: logging; `watch_backoff`: how watches retry.
+//! - `fence`: the right to write that leader election grants; `rest_client`: the client every part of the
+//!   manager sends through (fencing of writes, request metrics).
 
 pub mod app;
 pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod embedded;
+pub mod fence;
 pub mod local;
 pub mod manager;
 pub mod manifests;
 pub mod objects;
 pub mod ops;
 pub mod reconciler;
+pub mod rest_client;
 pub mod shipped;
 pub mod tasks;
 pub mod telemetry;
+pub mod uninstall;
 pub mod watch_backoff;
 pub mod webhook_certs;
 

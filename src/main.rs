@@ -24,6 +24,13 @@ fn main() -> std::process::ExitCode {
                 Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
             }
         }
+        Command::Uninstall(args) => {
+            telemetry::init(telemetry::Audience::Console);
+            match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(btp_manager::uninstall::run(args)),
+                Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
+            }
+        }
         Command::Local(args) => {
             telemetry::init(telemetry::Audience::Console);
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -9,18 +9,62 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Readiness: true once the webhook server serves with a certificate.
+/// Readiness (docs/behaviour.md#health-and-readiness): the manager has started and is not shutting down, and
+/// admission through it works (the webhook server serves the certificate that the registered caBundle
+/// trusts).
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness {
+    serving: Arc<AtomicBool>,
+    admission: Arc<AtomicBool>,
+}
 
 impl Readiness {
-    /// Mark ready (or not).
+    /// Mark started (or shutting down).
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Release);
+        self.serving.store(ready, Ordering::Release);
+    }
+    /// Whether the served certificate is the one the registered caBundle trusts.
+    pub fn set_admission(&self, works: bool) {
+        self.admission.store(works, Ordering::Release);
     }
     /// Whether ready.
     pub fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.why_not().is_none()
+    }
+    /// What keeps it from being ready.
+    pub fn why_not(&self) -> Option<&'static str> {
+        if !self.serving.load(Ordering::Acquire) {
+            Some("not started, or shutting down")
+        } else if !self.admission.load(Ordering::Acquire) {
+            Some("the webhook server does not serve a certificate that the registered caBundle trusts yet")
+        } else {
+            None
+        }
+    }
+}
+
+/// Liveness (docs/behaviour.md#health-and-readiness): the tasks a manager lives by have not ended. Answered by the
+/// process itself, never by the API server: a probe that failed during an API outage would restart every
+/// replica at once.
+#[derive(Clone, Default)]
+pub struct Liveness {
+    tasks: Arc<std::sync::Mutex<Vec<(&'static str, Alive)>>>,
+}
+
+/// Whether one watched task still runs.
+type Alive = Arc<dyn Fn() -> bool + Send + Sync>;
+
+impl Liveness {
+    /// Watch a task: `alive` answers whether it still runs.
+    pub fn watch(&self, name: &'static str, alive: impl Fn() -> bool + Send + Sync + 'static) {
+        if let Ok(mut tasks) = self.tasks.lock() {
+            tasks.push((name, Arc::new(alive)));
+        }
+    }
+    /// The first watched task that has ended.
+    pub fn dead(&self) -> Option<&'static str> {
+        let tasks = self.tasks.lock().map(|t| t.clone()).unwrap_or_default();
+        tasks.iter().find(|(_, alive)| !alive()).map(|(name, _)| *name)
     }
 }
 
@@ -52,21 +96,33 @@ async fn metrics(State(registry): State<Arc<Mutex<Registry>>>) -> impl IntoRespo
     }
 }
 
-/// `/healthz` (always ok while the process serves) and `/readyz` (ok once [`Readiness`] is set).
-pub fn health_router(ready: Readiness) -> Router {
-    Router::new().route("/healthz", get(|| async { "ok" })).route(
-        "/readyz",
-        get(move || {
-            let ready = ready.clone();
-            async move {
-                if ready.get() {
-                    (StatusCode::OK, "ok")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "webhook server not serving yet")
+/// `/healthz` (ok while every watched task runs: [`Liveness`]) and `/readyz` (ok while [`Readiness`] says so).
+pub fn health_router(ready: Readiness, live: Liveness) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(move || {
+                let live = live.clone();
+                async move {
+                    match live.dead() {
+                        None => (StatusCode::OK, "ok".to_string()),
+                        Some(task) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{task} has stopped")),
+                    }
                 }
-            }
-        }),
-    )
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    match ready.why_not() {
+                        None => (StatusCode::OK, "ok"),
+                        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                    }
+                }
+            }),
+        )
 }
 
 #[cfg(test)]
@@ -91,10 +147,31 @@ mod tests {
     #[tokio::test]
     async fn readiness_follows_the_flag_and_liveness_is_always_ok() {
         let ready = Readiness::default();
-        assert_eq!(get(health_router(ready.clone()), "/healthz").await.0, 200);
-        assert_eq!(get(health_router(ready.clone()), "/readyz").await.0, 503);
+        let live = Liveness::default();
+        let router = || health_router(ready.clone(), live.clone());
+        assert_eq!(get(router(), "/healthz").await.0, 200);
+        assert_eq!(get(router(), "/readyz").await.0, 503);
         ready.set(true);
-        assert_eq!(get(health_router(ready), "/readyz").await.0, 200);
+        let (code, body) = get(router(), "/readyz").await;
+        assert_eq!(code, 503, "started, but admission does not work yet");
+        assert!(body.contains("caBundle"), "{body}");
+        ready.set_admission(true);
+        assert_eq!(get(router(), "/readyz").await.0, 200);
+        ready.set(false);
+        assert_eq!(get(router(), "/readyz").await.0, 503, "shutting down");
+        let alive = Arc::new(AtomicBool::new(true));
+        live.watch("the webhook server", {
+            let alive = alive.clone();
+            move || alive.load(Ordering::Acquire)
+        });
+        assert_eq!(get(router(), "/healthz").await.0, 200);
+        alive.store(false, Ordering::Release);
+        let (code, body) = get(router(), "/healthz").await;
+        assert_eq!(
+            (code, body.contains("the webhook server has stopped")),
+            (500, true),
+            "{body}"
+        );
     }
 
     #[tokio::test]

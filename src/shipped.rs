@@ -7,12 +7,13 @@ pub const RBAC: &str = include_str!("../deploy/rbac.yaml");
 
 /// The files of `deploy/` that `local` installs (the namespace, the CRD and the webhook configurations it
 /// makes itself; `local`'s webhooks are reached by URL, not through the Service).
-pub const FOR_LOCAL: [(&str, &str); 6] = [
+pub const FOR_LOCAL: [(&str, &str); 7] = [
     ("priority-class.yaml", include_str!("../deploy/priority-class.yaml")),
     ("service-account.yaml", include_str!("../deploy/service-account.yaml")),
     ("rbac.yaml", RBAC),
     ("services.yaml", include_str!("../deploy/services.yaml")),
     ("deployment.yaml", include_str!("../deploy/deployment.yaml")),
+    ("pdb.yaml", include_str!("../deploy/pdb.yaml")),
     ("network-policy.yaml", include_str!("../deploy/network-policy.yaml")),
 ];
 

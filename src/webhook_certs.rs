@@ -1,6 +1,12 @@
 //! The manager's own webhook certificates in the cluster: keep the Secret settled, serve its leaf, and
 //! publish its CA bundle in the manager's webhook configurations.
 //!
+//! One writer (docs/behaviour.md#who-writes-what): only the leading replica settles the Secret and applies
+//! the configurations ([`WebhookCerts::settle`], [`WebhookCerts::publish`]). Every replica serves the leaf
+//! the Secret holds and swaps it when the Secret changes ([`WebhookCerts::follow`]); a follower whose own
+//! settings would issue or register something else says so once in its log and writes nothing. Readiness
+//! follows whether the served leaf is trusted by the registered caBundle ([`trusted_by`]).
+//!
 //! What to do is decided by `btp_certs::rotation` (pure); this module only reads and writes the API.
 //! Every write of the Secret is a create-if-absent or an update carrying the `resourceVersion` it read,
 //! so replicas starting together converge on one CA: the loser of a race re-reads and adopts the winner's.
@@ -71,6 +77,8 @@ pub struct WebhookCerts {
     without_match_conditions: AtomicBool,
     /// Where the served CA's and leaf's expiry go (alerts).
     expiry: Option<CertificateExpiry>,
+    /// What a follower last said about its own settings (said once per difference).
+    noted: std::sync::Mutex<Option<String>>,
 }
 
 const MAX_CONFLICTS: usize = 8;
@@ -92,6 +100,7 @@ impl WebhookCerts {
             manifests,
             without_match_conditions: AtomicBool::new(false),
             expiry: None,
+            noted: std::sync::Mutex::new(None),
         }
     }
 
@@ -176,11 +185,11 @@ impl WebhookCerts {
         Err(CertsError::Conflicts(MAX_CONFLICTS))
     }
 
-    /// Serve the stored leaf and publish the stored CA bundle in both webhook configurations.
-    pub async fn publish(&self, stored: &Stored, cert: &SwappableCert) -> Result<(), CertsError> {
+    /// Serve the stored leaf (swapped only when it changed).
+    fn serve(&self, stored: &Stored, cert: &SwappableCert) -> Result<(), CertsError> {
         let leaf = stored.leaf.as_ref().ok_or(btp_certs::CertError::NoCertificate)?;
         let next = btp_webhooks::tls::certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
-        if cert.current().cert.first() != next.cert.first() {
+        if cert.current().and_then(|c| c.cert.first().cloned()).as_ref() != next.cert.first() {
             cert.set(next);
             tracing::info!("serving a new webhook certificate");
         }
@@ -191,6 +200,11 @@ impl WebhookCerts {
                 None => expiry.forget(Certificate::ManagerCa),
             }
         }
+        Ok(())
+    }
+
+    /// The configurations this replica would register for `stored`.
+    fn wanted(&self, stored: &Stored) -> WebhookManifests {
         let mut manifests = WebhookManifests {
             ca_bundle: stored.ca_bundle().into_bytes(),
             ..self.manifests.clone()
@@ -198,6 +212,75 @@ impl WebhookCerts {
         if self.without_match_conditions.load(Ordering::Relaxed) {
             manifests.match_conditions = false;
         }
+        manifests
+    }
+
+    /// As a follower: serve what the Secret holds, and say once when this replica's own settings would
+    /// issue or register something else. Writes nothing. Returns whether admission through this replica
+    /// works: the served leaf is trusted by the caBundle of both registered configurations.
+    pub async fn follow(&self, cert: &SwappableCert) -> Result<bool, CertsError> {
+        let existing = self
+            .secrets
+            .get_opt(&self.secret_name)
+            .await
+            .map_err(api_err("reading the webhook certificate Secret"))?;
+        let Some(existing) = existing else {
+            self.note(Some(
+                "no webhook certificate Secret yet: waiting for the leader to issue it".into(),
+            ));
+            return Ok(false);
+        };
+        let stored = Stored::from_data(&crate::objects::secret_data(&existing));
+        if stored.leaf.is_none() {
+            return Ok(false);
+        }
+        self.serve(&stored, cert)?;
+        let wanted = self.wanted(&stored);
+        let validating =
+            read_json::<ValidatingWebhookConfiguration>(&self.client, names::webhook::VALIDATING_CONFIGURATION).await?;
+        let mutating =
+            read_json::<MutatingWebhookConfiguration>(&self.client, names::webhook::MUTATING_CONFIGURATION).await?;
+        let step = rotation::decide(&stored, SystemTime::now(), &self.policy);
+        let differs = !matches!(step, Step::Keep)
+            || !validating
+                .as_ref()
+                .is_some_and(|c| contains(c, &json_of(&wanted.validating())))
+            || !mutating
+                .as_ref()
+                .is_some_and(|c| contains(c, &json_of(&wanted.mutating())));
+        self.note(differs.then(|| match step {
+            Step::Keep => "this replica would register the webhook configurations differently".to_string(),
+            step => format!(
+                "this replica's settings would change the webhook certificate ({})",
+                describe(&step)
+            ),
+        }));
+        let leaf = stored.leaf.as_ref().map(|l| l.cert_pem.as_bytes()).unwrap_or_default();
+        Ok([validating, mutating]
+            .iter()
+            .all(|c| c.as_ref().is_some_and(|c| trusted_by(leaf, c))))
+    }
+
+    /// Say `what` once (again only after it changed); nothing when there is nothing to say.
+    fn note(&self, what: Option<String>) {
+        let mut noted = match self.noted.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if *noted != what {
+            if let Some(what) = &what {
+                tracing::info!(
+                    "{what}; the leading replica decides, this one serves what is stored and writes nothing"
+                );
+            }
+            *noted = what;
+        }
+    }
+
+    /// Serve the stored leaf and publish the stored CA bundle in both webhook configurations (the leader's).
+    pub async fn publish(&self, stored: &Stored, cert: &SwappableCert) -> Result<(), CertsError> {
+        self.serve(stored, cert)?;
+        let mut manifests = self.wanted(stored);
         match apply_configurations(&self.client, &manifests).await {
             Err(CertsError::Api { source, .. })
                 if manifests.match_conditions && is_match_conditions_schema_error(&source.to_string()) =>
@@ -214,9 +297,17 @@ impl WebhookCerts {
         }
     }
 
-    /// Keep everything in step until `shutdown`: wake on any change of the Secret and when the next
-    /// renewal is due; retry failures with backoff.
-    pub async fn run(self, cert: Arc<SwappableCert>, shutdown: impl std::future::Future<Output = ()>) {
+    /// Keep everything in step until `shutdown`: while `leading`, settle the Secret and publish it; always,
+    /// serve what is stored and tell `ready` whether admission through this replica works. Wakes on any
+    /// change of the Secret or the configurations, on a change of leadership and when the next renewal is
+    /// due; retries failures with backoff.
+    pub async fn run(
+        self,
+        cert: Arc<SwappableCert>,
+        mut leading: tokio::sync::watch::Receiver<bool>,
+        ready: crate::ops::Readiness,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.secret_name));
         // With backoff: a lost API server must not turn this into a busy loop.
         let secret_changes = watcher(self.secrets.clone(), config)
@@ -241,21 +332,36 @@ impl WebhookCerts {
         let mut failures = 0u32;
         tokio::pin!(shutdown);
         loop {
+            let leads = *leading.borrow_and_update();
             let round = async {
-                match self.settle().await {
-                    Ok(stored) => match self.publish(&stored, &cert).await {
-                        Ok(()) => {
+                if leads {
+                    match self.settle().await {
+                        Ok(stored) => match self.publish(&stored, &cert).await {
+                            Ok(()) => {
+                                failures = 0;
+                                let leaf = stored.leaf.as_ref().map(|l| l.cert_pem.as_bytes()).unwrap_or_default();
+                                ready.set_admission(bundle_trusts(&stored.ca_bundle(), leaf));
+                                until_next_check(&stored, &self.policy)
+                            }
+                            Err(e) => backoff(&mut failures, &e),
+                        },
+                        Err(e) => backoff(&mut failures, &e),
+                    }
+                } else {
+                    match self.follow(&cert).await {
+                        Ok(works) => {
                             failures = 0;
-                            until_next_check(&stored, &self.policy)
+                            ready.set_admission(works);
+                            // Every change wakes a follower; this only bounds what a missed event costs.
+                            Duration::from_secs(3600)
                         }
                         Err(e) => backoff(&mut failures, &e),
-                    },
-                    Err(e) => backoff(&mut failures, &e),
+                    }
                 }
             };
             // A shutdown also ends a round in flight: a stopped manager must not register its webhooks
-            // again (seen in the provisioning bench: a configuration written after the stop pointed the
-            // next manager's CR creation at a closed port).
+            // again (a configuration written after the stop would point the next manager's requests at a
+            // closed port).
             let wait = tokio::select! {
                 () = &mut shutdown => return,
                 wait = round => wait,
@@ -263,6 +369,7 @@ impl WebhookCerts {
             tokio::select! {
                 () = &mut shutdown => return,
                 () = tokio::time::sleep(wait) => {}
+                Ok(()) = leading.changed() => {}
                 event = changes.next() => {
                     // One round answers every change already here: a start lists three objects (nine events
                     // with the list markers), and a round per event would read all three objects nine times.
@@ -279,6 +386,46 @@ impl WebhookCerts {
             }
         }
     }
+}
+
+/// Whether the served `leaf_pem` is issued by a CA of `bundle` (PEM certificates).
+pub fn bundle_trusts(bundle: &str, leaf_pem: &[u8]) -> bool {
+    const END: &str = "-----END CERTIFICATE-----";
+    bundle
+        .split_inclusive(END)
+        .filter(|pem| pem.contains(END))
+        .any(|ca| btp_certs::verify_signed_by(leaf_pem, ca.trim().as_bytes()).is_ok())
+}
+
+/// Whether the served `leaf_pem` is trusted by every webhook's caBundle in `configuration` (JSON).
+pub fn trusted_by(leaf_pem: &[u8], configuration: &serde_json::Value) -> bool {
+    use base64::Engine as _;
+    let Some(hooks) = configuration["webhooks"].as_array().filter(|h| !h.is_empty()) else {
+        return false;
+    };
+    hooks.iter().all(|hook| {
+        hook["clientConfig"]["caBundle"]
+            .as_str()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+            .is_some_and(|bundle| bundle_trusts(&bundle, leaf_pem))
+    })
+}
+
+fn json_of<K: serde::Serialize>(k: &K) -> serde_json::Value {
+    serde_json::to_value(k).unwrap_or_default()
+}
+
+/// A cluster-scoped object as JSON, None when absent.
+async fn read_json<K>(client: &kube::Client, name: &str) -> Result<Option<serde_json::Value>, CertsError>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let found = Api::<K>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("reading the {}", K::kind(&()))))?;
+    Ok(found.as_ref().map(json_of))
 }
 
 fn describe(step: &Step) -> String {

@@ -1118,7 +1118,7 @@ async fn the_manager_survives_faults_kills_and_restarts_through_its_whole_life()
     }
     // The manager's recent logs, printed when a step fails; `BTP_CHAOS_LOG=<filter>` changes what is kept.
     let logs = RecentLogs::default();
-    let filter = std::env::var("BTP_CHAOS_LOG").unwrap_or_else(|_| "btp_manager=info,kube_lease_manager=debug".into());
+    let filter = std::env::var("BTP_CHAOS_LOG").unwrap_or_else(|_| "btp_manager=info".into());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_ansi(false)

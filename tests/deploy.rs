@@ -178,3 +178,55 @@ fn the_manager_may_do_what_it_does() {
         assert!(allows("services.cloud.sap.com", kind, "list"), "{kind} list");
     }
 }
+
+/// A rolling update or a node drain never leaves admission without a serving replica: the rollout adds a
+/// ready replica before it removes one, a PodDisruptionBudget keeps one, and the replicas spread over nodes
+/// where there are several (docs/behaviour.md#health-and-readiness).
+#[test]
+fn rollouts_and_drains_keep_a_serving_replica() {
+    let deployment = documents("deployment.yaml").remove(0);
+    let spec = &deployment["spec"];
+    assert!(spec["replicas"].as_u64().unwrap() >= 2, "two replicas");
+    assert_eq!(spec["strategy"]["type"], "RollingUpdate");
+    assert_eq!(spec["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    assert!(spec["strategy"]["rollingUpdate"]["maxSurge"].as_u64().unwrap() >= 1);
+    let pod_labels = spec["template"]["metadata"]["labels"].as_object().unwrap().clone();
+    let selects_the_pods = |selector: &serde_json::Value| {
+        let labels = selector["matchLabels"].as_object().expect("matchLabels");
+        !labels.is_empty() && labels.iter().all(|(k, v)| pod_labels.get(k) == Some(v))
+    };
+    let pdb = documents("pdb.yaml").remove(0);
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["kind"], "PodDisruptionBudget");
+    assert_eq!(pdb["metadata"]["namespace"], deployment["metadata"]["namespace"]);
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(
+        selects_the_pods(&pdb["spec"]["selector"]),
+        "the PDB selects the manager's pods"
+    );
+    let spread = spec["template"]["spec"]["topologySpreadConstraints"]
+        .as_array()
+        .expect("a topology spread");
+    assert!(
+        spread.iter().any(|c| c["topologyKey"] == "kubernetes.io/hostname"
+            && c["whenUnsatisfiable"] == "ScheduleAnyway"
+            && selects_the_pods(&c["labelSelector"])),
+        "spread over nodes, still schedulable on one: {spread:?}"
+    );
+}
+
+/// `kubectl delete -k deploy/` is the uninstall: the base must hold no Namespace (deleting `kyma-system` would
+/// delete every other module's objects in it); the namespace is a prerequisite of its own, `deploy/namespace/`.
+#[test]
+fn the_base_kustomization_holds_no_namespace() {
+    let kustomization = documents("kustomization.yaml").remove(0);
+    for file in kustomization["resources"].as_array().unwrap() {
+        let file = file.as_str().unwrap();
+        for doc in documents(file) {
+            assert_ne!(doc["kind"], "Namespace", "deploy/{file} holds a Namespace");
+        }
+    }
+    let prerequisite = documents("namespace/namespace.yaml").remove(0);
+    assert_eq!(prerequisite["kind"], "Namespace");
+    assert_eq!(prerequisite["metadata"]["name"], btp_api::names::KYMA_SYSTEM);
+}

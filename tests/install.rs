@@ -142,17 +142,51 @@ impl Pod {
     }
 }
 
-/// Install as the README says, start the manager as its Pod would run, provision.
-async fn install_and_provision(server: RunningApiServer) {
+/// A cluster installed as documented, its manager running as its Pod; the kubelet and kube-controller-manager
+/// played for the operand. Stops both when dropped.
+struct Installed {
+    server: RunningApiServer,
+    kubeconfig: PathBuf,
+    pod: Option<Pod>,
+    workloads: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        self.workloads.abort();
+        if let Some(dir) = self.kubeconfig.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Install as the README says (the namespace as the documented prerequisite), start the manager as its Pod
+/// would run, provision. `None` where the Pod cannot start (not root).
+async fn install_and_provision(server: RunningApiServer) -> Option<Installed> {
     let dir = temp_dir("install-kubeconfig");
     let kubeconfig = dir.join("admin.kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_kustomization(&kubeconfig, "deploy/namespace");
     apply_deploy(&kubeconfig);
     // Applying again changes nothing and fails nowhere (a GitOps re-sync).
     apply_deploy(&kubeconfig);
+    // The PodDisruptionBudget that keeps a serving replica through drains is installed with the rest.
+    let pdbs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        server.client().await,
+        names::KYMA_SYSTEM,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
+            "poddisruptionbudgets",
+        ),
+    );
+    let pdb = pdbs
+        .get("btp-manager-controller-manager")
+        .await
+        .expect("the PodDisruptionBudget");
+    assert_eq!(pdb.data["spec"]["minAvailable"], 1);
     if !is_root() {
         eprintln!("install: NOT RUN: the Pod-like start needs root (a mount namespace and a user switch)");
-        return;
+        return None;
     }
     let client = server.client().await;
     let webhook_port = free_port();
@@ -162,7 +196,7 @@ async fn install_and_provision(server: RunningApiServer) {
         443,
         std::net::SocketAddr::from(([127, 0, 0, 1], webhook_port)),
     );
-    let _pod = Pod::start(&server, webhook_port);
+    let pod = Pod::start(&server, webhook_port);
     // kube-controller-manager and the kubelet, played: the operand's Deployment gets a running Pod.
     let workloads = btp_apiserver::spawn_workload_controller(client.clone());
 
@@ -225,8 +259,12 @@ async fn install_and_provision(server: RunningApiServer) {
             .any(|f| f == names::FINALIZER),
         "the mutating webhook added the finalizer"
     );
-    workloads.abort();
-    let _ = std::fs::remove_dir_all(&dir);
+    Some(Installed {
+        server,
+        kubeconfig,
+        pod: Some(pod),
+        workloads,
+    })
 }
 
 // Multi-threaded: kubectl runs as a blocking child process while the in-process API server answers it.
@@ -275,6 +313,7 @@ async fn every_object_of_deploy_applies_server_side_on_every_supported_version()
         let dir = temp_dir(&format!("install-ssa-{version:?}"));
         let kubeconfig = dir.join("admin.kubeconfig");
         std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+        apply_kustomization(&kubeconfig, "deploy/namespace");
         let out = Command::new(kubectl())
             .args(["apply", "--server-side", "-k"])
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"))
@@ -338,6 +377,7 @@ async fn the_monitoring_and_dashboard_components_apply() {
     let dir = temp_dir("install-components");
     let kubeconfig = dir.join("admin.kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_kustomization(&kubeconfig, "deploy/namespace");
     apply_deploy(&kubeconfig);
     let client = server.client().await;
     let crds = [
@@ -379,4 +419,579 @@ async fn the_monitoring_and_dashboard_components_apply() {
         "the metrics Service has port {port}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `sh` blocks of the section `heading` of `docs/<file>` (up to the next `## `), each as its commands split
+/// into arguments (`kubectl` first, single quotes around an argument removed); comments and blank lines
+/// dropped.
+fn documented_blocks(file: &str, heading: &str) -> Vec<Vec<Vec<String>>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let section = text
+        .split_once(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("docs/{file} has the section {heading}"))
+        .1;
+    let section = section.split("\n## ").next().unwrap_or_default();
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|rest| {
+            rest.split("\n```")
+                .next()
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.split(" #").next().unwrap_or_default().trim())
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(|l| l.split_whitespace().map(|a| a.trim_matches('\'').to_string()).collect())
+                .collect()
+        })
+        .collect()
+}
+
+/// The commands of the first `sh` block of the section `heading` in `docs/<file>`.
+fn documented_commands(file: &str, heading: &str) -> Vec<Vec<String>> {
+    documented_blocks(file, heading)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("docs/{file} {heading}: an sh block"))
+}
+
+/// Run one documented command with `kubeconfig` from the repository root; panics with its output on failure.
+fn run_documented(kubeconfig: &Path, command: &[String]) {
+    assert_eq!(
+        command[0], "kubectl",
+        "the documented steps are kubectl commands: {command:?}"
+    );
+    let out = Command::new(kubectl())
+        .args(&command[1..])
+        // A test's bound on a wait the docs leave open (a deletion that never finishes fails here, not hangs).
+        .args(if command[1] == "delete" {
+            vec!["--timeout=60s"]
+        } else {
+            vec![]
+        })
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "{}:\n{}\n{}",
+        command.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The documented uninstall on a provisioned cluster: the manager deprovisions, stops, and every object of
+/// the manager is gone, while the namespace `kyma-system` and another module's ConfigMap in it stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_uninstall_deletes_only_the_managers_objects() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let Some(mut installed) = install_and_provision(server).await else {
+        return;
+    };
+    let client = installed.server.client().await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "another-module-config", "namespace": names::KYMA_SYSTEM,
+                     "labels": {"kyma-project.io/module": "another-module"}},
+        "data": {"k": "v"}
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &foreign)
+        .await
+        .expect("the foreign ConfigMap");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    assert!(
+        secrets
+            .get_opt(names::webhook::CERT_SECRET_NAME)
+            .await
+            .unwrap()
+            .is_some(),
+        "the manager made its certificate Secret"
+    );
+
+    let commands = documented_commands("install.md", "## Uninstalling");
+    assert!(commands.iter().any(|c| c.iter().any(|a| a == "-k")), "{commands:?}");
+    for command in &commands {
+        run_documented(&installed.kubeconfig, command);
+        if command[1] == "scale" {
+            // The kubelet's part: a Pod of a Deployment scaled to zero ends.
+            drop(installed.pod.take());
+        }
+    }
+    assert!(installed.pod.is_none(), "the documented steps stop the manager");
+
+    let namespace = Api::<Namespace>::all(client.clone())
+        .get_opt(names::KYMA_SYSTEM)
+        .await
+        .unwrap()
+        .expect("kyma-system is still there");
+    assert!(
+        namespace.metadata.deletion_timestamp.is_none(),
+        "kyma-system is not being deleted"
+    );
+    assert_eq!(
+        configmaps
+            .get("another-module-config")
+            .await
+            .expect("the foreign ConfigMap stays")
+            .data,
+        foreign.data
+    );
+    // Nothing of the manager's is left: its own objects, its registrations, the operand.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    for name in ["btp-manager-controller-manager", names::operand::DEPLOYMENT] {
+        assert!(
+            deployments.get_opt(name).await.unwrap().is_none(),
+            "Deployment {name} left"
+        );
+    }
+    assert!(secrets
+        .get_opt(names::webhook::CERT_SECRET_NAME)
+        .await
+        .unwrap()
+        .is_none());
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    assert!(vwcs
+        .get_opt(names::webhook::VALIDATING_CONFIGURATION)
+        .await
+        .unwrap()
+        .is_none());
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    assert!(crds
+        .get_opt(&format!("{}.{}", names::PLURAL, names::GROUP))
+        .await
+        .unwrap()
+        .is_none());
+    let left: Vec<String> = common::installed_objects(&client).await.into_iter().collect();
+    assert!(left.is_empty(), "objects the manager installed are left: {left:?}");
+}
+
+/// `kubectl apply -f <file>` (relative to the repository) with `kubeconfig`.
+fn apply_file(kubeconfig: &Path, file: &str) {
+    run_documented(kubeconfig, &["kubectl", "apply", "-f", file].map(str::to_string));
+}
+
+/// Whether `kind/name` (namespaced in kyma-system unless cluster-scoped) exists, asked through kubectl.
+fn exists(kubeconfig: &Path, kind: &str, name: &str, namespaced: bool) -> bool {
+    let mut command = Command::new(kubectl());
+    command.args(["get", kind, name, "--ignore-not-found", "-o", "name"]);
+    if namespaced {
+        command.args(["-n", names::KYMA_SYSTEM]);
+    }
+    let out = command.env("KUBECONFIG", kubeconfig).output().expect("run kubectl");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    !out.stdout.is_empty()
+}
+
+/// docs/upgrading.md#how-to-switch: `deploy/` applied over the Go install replaces its same-named objects, and
+/// the documented deletion of the Go-only objects removes those and nothing of `deploy/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let dir = temp_dir("install-switch");
+    let kubeconfig = dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_kustomization(&kubeconfig, "deploy/namespace");
+    apply_file(&kubeconfig, "tests/fixtures/go-install.yaml");
+    apply_deploy(&kubeconfig);
+    let commands = documented_commands("upgrading.md", "## How to switch");
+    assert!(commands.len() >= 4, "{commands:?}");
+    for command in &commands {
+        assert_eq!(command[1], "delete", "the switch only deletes: {command:?}");
+        run_documented(&kubeconfig, command);
+    }
+    // Every object of deploy/ is still there.
+    let kustomization = deploy_objects("kustomization.yaml").remove(0);
+    for file in kustomization["resources"].as_array().unwrap() {
+        for object in deploy_objects(file.as_str().unwrap()) {
+            let kind = object["kind"].as_str().unwrap();
+            let name = object["metadata"]["name"].as_str().unwrap();
+            let namespaced = object["metadata"]["namespace"].is_string();
+            assert!(
+                exists(&kubeconfig, kind, name, namespaced),
+                "{kind} {name} of deploy/ was deleted"
+            );
+        }
+    }
+    // And none of the Go-only objects.
+    let deployed: std::collections::BTreeSet<(String, String)> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| deploy_objects(f.as_str().unwrap()))
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_string(),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go-install.yaml")).unwrap();
+    let mut go_only = 0;
+    for object in btp_manager::shipped::objects(&text).unwrap() {
+        let kind = object["kind"].as_str().unwrap().to_string();
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        if deployed.contains(&(kind.clone(), name.clone())) {
+            continue;
+        }
+        go_only += 1;
+        let namespaced = object["metadata"]["namespace"].is_string();
+        assert!(
+            !exists(&kubeconfig, &kind, &name, namespaced),
+            "{kind} {name} of the Go install is left"
+        );
+    }
+    assert_eq!(go_only, 10, "the Go-only objects the guide names");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// docs/upgrading.md#rolling-back-to-the-go-btp-manager on a cluster this manager provisioned (running as its
+/// Pod): after the documented steps (RSA certificates first, then stop and unregister) a BtpOperator create is
+/// accepted with no manager running, the operand runs as before with certificates the Go manager can renew,
+/// the CR and the CRD are there, and nothing of this manager's is registered. Installing the Go manager is
+/// the last step and not played.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_registered() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let Some(mut installed) = install_and_provision(server).await else {
+        return;
+    };
+    let client = installed.server.client().await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let operand_generation = || async {
+        deployments
+            .get(names::operand::DEPLOYMENT)
+            .await
+            .unwrap()
+            .metadata
+            .generation
+    };
+    let generation = operand_generation().await;
+    let ca_key = |s: Secret| {
+        s.data
+            .unwrap_or_default()
+            .get("ca.key")
+            .map(|b| b.0.clone())
+            .unwrap_or_default()
+    };
+    let ecdsa_ca = ca_key(secrets.get(names::operand::CA_SECRET).await.unwrap());
+    assert!(
+        ecdsa_ca.starts_with(b"-----BEGIN PRIVATE KEY-----"),
+        "ECDSA (PKCS#8) by default"
+    );
+    // A runtime ConfigMap exists (the guide patches it, or creates it).
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let runtime: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM}, "data": {}
+    }))
+    .unwrap();
+    configmaps.create(&PostParams::default(), &runtime).await.unwrap();
+
+    let blocks = documented_blocks("upgrading.md", "## Rolling back to the Go BTP Manager");
+    assert_eq!(blocks.len(), 2, "RSA first, then stop and unregister: {blocks:?}");
+    for command in &blocks[0] {
+        run_documented(&installed.kubeconfig, command);
+    }
+    // The manager issues an RSA pair the Go manager can renew from (PKCS#1), without touching the Deployment.
+    eventually(Duration::from_secs(60), "a new RSA CA stored as PKCS#1", || async {
+        secrets
+            .get_opt(names::operand::CA_SECRET)
+            .await
+            .unwrap()
+            .is_some_and(|s| ca_key(s).starts_with(b"-----BEGIN RSA PRIVATE KEY-----"))
+    })
+    .await;
+    assert_eq!(
+        operand_generation().await,
+        generation,
+        "the operand Deployment is not changed"
+    );
+
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    let other: BtpOperator = serde_json::from_value(serde_json::json!({
+        "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+        "metadata": {"name": "another", "namespace": "default"}, "spec": {}
+    }))
+    .unwrap();
+    for command in &blocks[1] {
+        run_documented(&installed.kubeconfig, command);
+        if command[1] == "scale" {
+            // The kubelet's part: a Pod of a Deployment scaled to zero ends.
+            drop(installed.pod.take());
+            // What the rest is for: with the manager gone, its validating webhook (failurePolicy Fail) refuses
+            // every BtpOperator create.
+            let refused = crs.create(&PostParams::default(), &other).await;
+            assert!(
+                refused.is_err(),
+                "a stopped manager's webhook refuses creates: {refused:?}"
+            );
+        }
+    }
+    assert!(installed.pod.is_none(), "the documented steps stop the manager");
+
+    // BtpOperator creates are accepted without the manager (nothing refuses them).
+    crs.create(&PostParams::default(), &other)
+        .await
+        .expect("a BtpOperator create is accepted after the rollback");
+    // Nothing of ours registered; the objects the Go install shares by name stay for it to replace.
+    let kubeconfig = &installed.kubeconfig;
+    for (kind, name, namespaced) in [
+        (
+            "validatingwebhookconfiguration",
+            names::webhook::VALIDATING_CONFIGURATION,
+            false,
+        ),
+        (
+            "mutatingwebhookconfiguration",
+            names::webhook::MUTATING_CONFIGURATION,
+            false,
+        ),
+        ("service", names::webhook::SERVICE_NAME, true),
+        ("secret", names::webhook::CERT_SECRET_NAME, true),
+        ("networkpolicy", "btp-manager-allow-webhook", true),
+        ("poddisruptionbudget", "btp-manager-controller-manager", true),
+    ] {
+        assert!(
+            !exists(kubeconfig, kind, name, namespaced),
+            "{kind} {name} is left registered"
+        );
+    }
+    for (kind, name, namespaced) in [
+        ("deployment", "btp-manager-controller-manager", true),
+        ("clusterrole", "btp-manager-manager-role", false),
+        (
+            "customresourcedefinition",
+            "btpoperators.operator.kyma-project.io",
+            false,
+        ),
+    ] {
+        assert!(
+            exists(kubeconfig, kind, name, namespaced),
+            "{kind} {name} stays for the Go install"
+        );
+    }
+    // The operand runs on, with its certificates and webhook configurations; the CR keeps its finalizer.
+    assert_eq!(operand_generation().await, generation);
+    for (kind, name, namespaced) in [
+        ("secret", names::operand::CA_SECRET, true),
+        ("secret", names::operand::WEBHOOK_SECRET, true),
+        (
+            "validatingwebhookconfiguration",
+            names::operand::VALIDATING_WEBHOOK_CONFIGURATION,
+            false,
+        ),
+        (
+            "mutatingwebhookconfiguration",
+            names::operand::MUTATING_WEBHOOK_CONFIGURATION,
+            false,
+        ),
+    ] {
+        assert!(
+            exists(kubeconfig, kind, name, namespaced),
+            "the operand's {kind} {name}"
+        );
+    }
+    let cr = Api::<BtpOperator>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .get(names::BTP_OPERATOR_NAME)
+        .await
+        .expect("the CR stays");
+    assert!(cr
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == names::FINALIZER));
+    assert!(cr.metadata.deletion_timestamp.is_none());
+}
+
+/// `btp-manager uninstall --keep-operand` with `kubeconfig` (and `extra` flags): its stdout; panics when it fails.
+fn uninstall_keep_operand(kubeconfig: &Path, extra: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+        .args(["uninstall", "--keep-operand", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run btp-manager uninstall");
+    assert!(
+        out.status.success(),
+        "btp-manager uninstall --keep-operand {extra:?}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `btp-manager uninstall --keep-operand` on a cluster the manager (as its Pod) provisioned: without
+/// `--apply` it changes nothing and says what it would do; with it the manager is stopped and unregistered,
+/// BtpOperator creates are accepted, and the operand, the CR and the objects the Go install shares stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_keep_operand_is_a_dry_run_unless_applied_and_then_unregisters_only_the_manager() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    use k8s_openapi::api::apps::v1::Deployment;
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let Some(mut installed) = install_and_provision(server).await else {
+        return;
+    };
+    let client = installed.server.client().await;
+    let kubeconfig = installed.kubeconfig.clone();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let generation = deployments
+        .get(names::operand::DEPLOYMENT)
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    let log = installed.server.request_log();
+
+    let before = log.len();
+    let dry = uninstall_keep_operand(&kubeconfig, &[]);
+    assert!(
+        dry.contains(&format!(
+            "would delete ValidatingWebhookConfiguration {}",
+            names::webhook::VALIDATING_CONFIGURATION
+        )),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("would scale Deployment kyma-system/btp-manager-controller-manager to 0"),
+        "{dry}"
+    );
+    assert!(dry.contains("dry run: nothing changed"), "{dry}");
+    let writes: Vec<String> = log
+        .since(before)
+        .into_iter()
+        .filter(|r| r.changed && r.user == "system:admin")
+        .map(|r| format!("{} {} {}", r.verb, r.resource, r.name))
+        .collect();
+    assert!(writes.is_empty(), "the dry run wrote: {writes:?}");
+    assert!(exists(
+        &kubeconfig,
+        "validatingwebhookconfiguration",
+        names::webhook::VALIDATING_CONFIGURATION,
+        false
+    ));
+
+    // The kubelet's part: the manager's process ends once its Deployment is scaled to zero.
+    let pod = installed.pod.take();
+    let watch = {
+        let deployments = deployments.clone();
+        tokio::spawn(async move {
+            eventually(Duration::from_secs(60), "the manager is scaled to zero", || async {
+                deployments
+                    .get("btp-manager-controller-manager")
+                    .await
+                    .ok()
+                    .and_then(|d| d.spec)
+                    .and_then(|s| s.replicas)
+                    == Some(0)
+            })
+            .await;
+            drop(pod);
+        })
+    };
+    let applied = {
+        let kubeconfig = kubeconfig.clone();
+        tokio::task::spawn_blocking(move || uninstall_keep_operand(&kubeconfig, &["--apply", "--timeout=60s"]))
+            .await
+            .unwrap()
+    };
+    watch.await.unwrap();
+    assert!(
+        applied.contains("scaled Deployment kyma-system/btp-manager-controller-manager to 0 replicas"),
+        "{applied}"
+    );
+    for (kind, name, namespaced) in [
+        (
+            "validatingwebhookconfiguration",
+            names::webhook::VALIDATING_CONFIGURATION,
+            false,
+        ),
+        (
+            "mutatingwebhookconfiguration",
+            names::webhook::MUTATING_CONFIGURATION,
+            false,
+        ),
+        ("service", names::webhook::SERVICE_NAME, true),
+        ("secret", names::webhook::CERT_SECRET_NAME, true),
+        ("networkpolicy", "btp-manager-allow-webhook", true),
+        ("poddisruptionbudget", "btp-manager-controller-manager", true),
+    ] {
+        assert!(
+            !exists(&kubeconfig, kind, name, namespaced),
+            "{kind} {name} is left registered"
+        );
+    }
+    for (kind, name, namespaced) in [
+        ("deployment", "btp-manager-controller-manager", true),
+        (
+            "customresourcedefinition",
+            "btpoperators.operator.kyma-project.io",
+            false,
+        ),
+        ("btpoperator", names::BTP_OPERATOR_NAME, true),
+        ("secret", names::operand::CA_SECRET, true),
+        (
+            "validatingwebhookconfiguration",
+            names::operand::VALIDATING_WEBHOOK_CONFIGURATION,
+            false,
+        ),
+    ] {
+        assert!(exists(&kubeconfig, kind, name, namespaced), "{kind} {name} stays");
+    }
+    assert_eq!(
+        deployments
+            .get(names::operand::DEPLOYMENT)
+            .await
+            .unwrap()
+            .metadata
+            .generation,
+        generation,
+        "the operand is not touched"
+    );
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    let other: BtpOperator = serde_json::from_value(serde_json::json!({
+        "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
+        "metadata": {"name": "another", "namespace": "default"}, "spec": {}
+    }))
+    .unwrap();
+    crs.create(&PostParams::default(), &other)
+        .await
+        .expect("a BtpOperator create is accepted after the uninstall");
+    // Running it again finds nothing left to do.
+    let again = uninstall_keep_operand(&kubeconfig, &["--apply", "--timeout=10s"]);
+    assert!(
+        again.contains(&format!(
+            "absent: ValidatingWebhookConfiguration {}",
+            names::webhook::VALIDATING_CONFIGURATION
+        )),
+        "{again}"
+    );
 }

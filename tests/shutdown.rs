@@ -16,23 +16,17 @@
 mod common;
 
 use btp_api::{names, BtpOperator};
-use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
-use common::{cr_ready, eventually, free_port, reconcile_now_in, try_eventually};
+use common::replica::{cluster, lease_holder, ready, Replica};
+use common::{cr_ready, eventually, reconcile_now_in};
 use futures::FutureExt as _;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const NS: &str = names::KYMA_SYSTEM;
-const LEASE: &str = "ec023d38.kyma-project.io";
 const DRAIN: &str = "1s";
 /// Concurrent webhook request streams.
 const WORKERS: usize = 4;
@@ -45,106 +39,18 @@ async fn timed(wait: impl std::future::Future<Output = ()>) -> Duration {
     start.elapsed()
 }
 
-/// `GET /readyz` on a health port: whether it answered 200.
-async fn ready(port: u16) -> bool {
-    let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        s.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .await
-            .ok()?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.ok()?;
-        Some(buf.starts_with(b"HTTP/1.1 200") || buf.starts_with(b"HTTP/1.0 200"))
-    };
-    tokio::time::timeout(Duration::from_millis(500), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-}
-
-/// One manager process.
-struct Replica {
-    name: String,
-    child: Child,
-    health: u16,
-    webhook: SocketAddr,
-    log: PathBuf,
-}
-
-impl Replica {
-    fn start(name: &str, kubeconfig: &Path, proxy: SocketAddr, dir: &Path) -> Self {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let (metrics, health, webhook) = (free_port(), free_port(), free_port());
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
-            .args(["run", "--leader-elect", "--shutdown-drain-delay", DRAIN])
-            .arg(format!(
-                "--leader-election-lease-duration={}s",
-                LEASE_DURATION.as_secs()
-            ))
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
-            .arg(format!("--webhook-bind-address=127.0.0.1:{webhook}"))
-            .arg(format!("--webhook-url=https://{proxy}"))
-            .arg(format!("--resources-path={}", repo.join("module-resources").display()))
-            .arg(format!(
-                "--manager-resources-path={}",
-                repo.join("manager-resources").display()
-            ))
-            .env("KUBECONFIG", kubeconfig)
-            .env("HOSTNAME", name)
-            .env(
-                "SAP_BTP_SERVICE_OPERATOR",
-                "example.test/sap-btp-service-operator:v0.11.10",
-            )
-            .env("RUST_LOG", "info")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("starting btp-manager");
-        Self {
-            name: name.into(),
-            child,
-            health,
-            webhook: SocketAddr::from(([127, 0, 0, 1], webhook)),
-            log,
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {signal} {}", self.child.id());
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Wait for exit; the status and how long it took.
-    async fn exited(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
-        let start = Instant::now();
-        let child = &mut self.child;
-        match try_eventually(within, || std::future::ready(child.try_wait().unwrap())).await {
-            Ok(status) => (status, start.elapsed()),
-            Err(()) => panic!("{} did not exit within {within:?}:\n{}", self.name, self.logs()),
-        }
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `btp-manager run` flags of every replica here: the drain delay, the lease duration, the webhook URL of the
+/// proxy, the built-in resources.
+fn args(proxy: SocketAddr) -> Vec<String> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    vec![
+        "--shutdown-drain-delay".into(),
+        DRAIN.into(),
+        format!("--leader-election-lease-duration={}s", LEASE_DURATION.as_secs()),
+        format!("--webhook-url=https://{proxy}"),
+        format!("--resources-path={}", repo.join("module-resources").display()),
+        format!("--manager-resources-path={}", repo.join("manager-resources").display()),
+    ]
 }
 
 /// Plays the webhook Service: new connections go to a replica whose /readyz is 200.
@@ -287,58 +193,16 @@ impl Stream {
     }
 }
 
-/// The pod whose manager holds the Lease (the identity is `<HOSTNAME>_<random suffix>`; "" when none).
 async fn holder(client: &kube::Client) -> String {
-    let identity = Api::<Lease>::namespaced(client.clone(), NS)
-        .get_opt(LEASE)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default();
-    identity
-        .rsplit_once('_')
-        .map_or(identity.as_str(), |(pod, _)| pod)
-        .to_string()
-}
-
-async fn setup() -> (RunningApiServer, kube::Client, PathBuf) {
-    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-    let client = server.client().await;
-    let dir = std::env::temp_dir().join(format!("btp-shutdown-{}-{}", std::process::id(), server.addr().port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &BtpOperator::crd().unwrap())
-        .await
-        .unwrap();
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": NS,
-                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
-        "stringData": {"clientid": "id", "clientsecret": "s", "sm_url": "https://sm.example.com",
-                       "tokenurl": "https://auth.example.com", "cluster_id": "c1"}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    btp_apiserver::testing::spawn_deployment_controller(client.clone());
-    (server, client, dir)
+    lease_holder(client, NS).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease_duration() {
-    let (_server, client, dir) = setup().await;
+    let (_server, client, dir) = cluster("shutdown").await;
     let kubeconfig = dir.join("kubeconfig");
     let proxy = Proxy::start().await;
-    let mut a = Replica::start("manager-a", &kubeconfig, proxy.addr, &dir);
+    let mut a = Replica::start("manager-a", &kubeconfig, &dir, &args(proxy.addr));
     proxy.add(&a);
     eventually(
         Duration::from_secs(30),
@@ -346,7 +210,7 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
         || async { ready(a.health).await && holder(&client).await == "manager-a" && proxy.serves(&a) },
     )
     .await;
-    let mut b = Replica::start("manager-b", &kubeconfig, proxy.addr, &dir);
+    let mut b = Replica::start("manager-b", &kubeconfig, &dir, &args(proxy.addr));
     proxy.add(&b);
     eventually(
         Duration::from_secs(30),
@@ -413,7 +277,7 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
     assert!(cr_ready(&crs).await, "the CR stays Ready under the new leader");
 
     // SIGKILL the new leader: a third replica takes over once the Lease expires.
-    let mut c = Replica::start("manager-c", &kubeconfig, proxy.addr, &dir);
+    let mut c = Replica::start("manager-c", &kubeconfig, &dir, &args(proxy.addr));
     proxy.add(&c);
     eventually(Duration::from_secs(30), "manager-c ready", || ready(c.health)).await;
     b.signal("-KILL");

@@ -5,6 +5,7 @@ mod common;
 
 use btp_apiserver::{ApiServer, Config, RunningApiServer};
 use btp_certs::rotation::{keys, Policy, Stored};
+use btp_manager::ops::Readiness;
 use btp_manager::webhook_certs::WebhookCerts;
 use btp_webhooks::manifests::{Endpoint, WebhookManifests};
 use btp_webhooks::tls::SwappableCert;
@@ -167,6 +168,14 @@ async fn a_damaged_secret_is_repaired_keeping_the_ca_when_it_is_intact() {
     .unwrap();
 }
 
+/// A keeper that leads for its whole life (as without leader election).
+fn leading() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(true);
+    // The sender may go: the receiver keeps the last value.
+    drop(tx);
+    rx
+}
+
 /// The run loop: a deleted Secret is recreated (new CA), the caBundles follow, and the served certificate
 /// follows; with short lifetimes the leaf is renewed before it expires, without anyone touching anything.
 #[tokio::test]
@@ -180,13 +189,16 @@ async fn the_run_loop_repairs_deletion_and_renews_before_expiry() {
     let leaf = first.leaf.as_ref().unwrap();
     let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(
-        certs(&client, short, "https://127.0.0.1:1").run(cert.clone(), async move {
+    let task = tokio::spawn(certs(&client, short, "https://127.0.0.1:1").run(
+        cert.clone(),
+        leading(),
+        Readiness::default(),
+        async move {
             let _ = stop_rx.await;
-        }),
-    );
+        },
+    ));
 
-    let served = |cert: Arc<SwappableCert>| cert.current().cert[0].to_vec();
+    let served = |cert: Arc<SwappableCert>| cert.current().expect("a served certificate").cert[0].to_vec();
     let first_served = served(cert.clone());
     // Renewal before expiry (leaf lives 4 s, renewed in its last 2 s).
     eventually(Duration::from_secs(10), "leaf renewed and served", || {
@@ -370,9 +382,14 @@ async fn a_wiped_or_foreign_ca_bundle_is_restored_at_once() {
     let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
     manager.publish(&s, &cert).await.unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(certs(&client, policy(), "https://127.0.0.1:1").run(cert, async move {
-        let _ = stop_rx.await;
-    }));
+    let task = tokio::spawn(certs(&client, policy(), "https://127.0.0.1:1").run(
+        cert,
+        leading(),
+        Readiness::default(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
     let want = s.ca_bundle().into_bytes();
     let all_ours = |client: kube::Client, want: Vec<u8>| async move {
         let all = bundles(&client).await;

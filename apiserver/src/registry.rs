@@ -215,6 +215,16 @@ fn builtin_list() -> Vec<ResourceDef> {
             &[],
             false,
         ),
+        // `deploy/` ships one (at least one manager serving the webhooks through voluntary disruptions).
+        builtin(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            true,
+        ),
         // `deploy/` ships one (the manager's and the operand's Pods' priority).
         builtin(
             "scheduling.k8s.io",

@@ -18,6 +18,8 @@ pub struct RequestRecord {
     /// Who sent it: `system:admin` for the server's own token, else the user given to
     /// `RunningApiServer::client_as` (empty when unauthenticated).
     pub user: String,
+    /// The client's `User-Agent` (the manager names its replica there), as a real audit log records it.
+    pub user_agent: String,
     pub code: u16,
     /// Whether the request changed the store (a new resourceVersion was written).
     pub changed: bool,

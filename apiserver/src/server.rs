@@ -242,6 +242,12 @@ async fn dispatch(st: Arc<State>, req: Request<Body>) -> Response {
         namespace: String::new(),
         name: String::new(),
         user: String::new(),
+        user_agent: req
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
         code: 0,
         changed: false,
     };

@@ -518,8 +518,8 @@ fn stored_ca(ca_secret: Option<&BTreeMap<String, Vec<u8>>>) -> Result<CertPair, 
 /// The webhook certificate has an empty subject, the DNS names of [`webhook_dns_names`] for
 /// [`Settings::namespace`], CA:false, keyUsage digitalSignature (+ keyEncipherment for RSA),
 /// extendedKeyUsage serverAuth + clientAuth, NotBefore `now` and NotAfter `now + webhook_validity`,
-/// not capped at the CA's NotAfter (as in the Go manager). Keys are PKCS#8 PEM (`PRIVATE KEY`; the
-/// Go manager writes PKCS#1, both load in the operand).
+/// not capped at the CA's NotAfter (as in the Go manager). The Secrets store RSA keys as PKCS#1 PEM, as
+/// the Go manager does, and ECDSA keys as PKCS#8 (see [`to_ca_secret_data`]).
 pub fn regenerate(
     decision: &Decision,
     ca_secret: Option<&BTreeMap<String, Vec<u8>>>,
@@ -551,20 +551,47 @@ pub fn ca_bundle(ca_secret: Option<&BTreeMap<String, Vec<u8>>>, regenerated: Opt
     }
 }
 
-/// Data of [`CA_SECRET`]: `ca.crt` and `ca.key`.
+/// Data of [`CA_SECRET`]: `ca.crt` and `ca.key` (see [`stored_key`]).
 pub fn to_ca_secret_data(ca: &CertPair) -> BTreeMap<String, Vec<u8>> {
     BTreeMap::from([
         (keys::CA_CRT.to_string(), ca.cert_pem.as_bytes().to_vec()),
-        (keys::CA_KEY.to_string(), ca.key_pem.as_bytes().to_vec()),
+        (keys::CA_KEY.to_string(), stored_key(&ca.key_pem)),
     ])
 }
 
-/// Data of [`WEBHOOK_SECRET`]: `tls.crt` and `tls.key`.
+/// Data of [`WEBHOOK_SECRET`]: `tls.crt` and `tls.key` (see [`stored_key`]).
 pub fn to_webhook_secret_data(webhook: &CertPair) -> BTreeMap<String, Vec<u8>> {
     BTreeMap::from([
         (keys::TLS_CRT.to_string(), webhook.cert_pem.as_bytes().to_vec()),
-        (keys::TLS_KEY.to_string(), webhook.key_pem.as_bytes().to_vec()),
+        (keys::TLS_KEY.to_string(), stored_key(&webhook.key_pem)),
     ])
+}
+
+/// A private key as the operand's certificate Secrets store it: an RSA key as PKCS#1 PEM (`RSA PRIVATE
+/// KEY`), the one form the Go BTP Manager reads when it signs a renewed serving certificate with the stored
+/// CA key, so that a cluster rolled back to it keeps working (docs/upgrading.md#rolling-back-to-the-go-btp-manager);
+/// any other key (ECDSA) as it is.
+fn stored_key(key_pem: &str) -> Vec<u8> {
+    use rsa::pkcs1::EncodeRsaPrivateKey as _;
+    use rsa::pkcs8::DecodePrivateKey as _;
+    let unchanged = || key_pem.as_bytes().to_vec();
+    let Ok(block) = pem::parse(key_pem) else {
+        return unchanged();
+    };
+    if block.tag() != "PRIVATE KEY" {
+        return unchanged();
+    }
+    let Ok(key) = rsa::RsaPrivateKey::from_pkcs8_der(block.contents()) else {
+        return unchanged();
+    };
+    match key.to_pkcs1_der() {
+        Ok(der) => pem::encode_config(
+            &pem::Pem::new("RSA PRIVATE KEY", der.as_bytes().to_vec()),
+            pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+        )
+        .into_bytes(),
+        Err(_) => unchanged(),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Leader election (docs/behaviour.md#leader-election): compete for the Go manager's Lease, reconcile
 //! while holding it, release it at shutdown.
 
+use super::lease;
+use crate::fence::Fence;
 use crate::reconciler::{self, Context};
 use crate::tasks::AbortOnDrop;
 use std::sync::Arc;
@@ -31,11 +33,12 @@ fn identity(pod: &str, suffix: u64) -> String {
     format!("{pod}_{suffix:016x}")
 }
 
-/// The Lease's duration and grace in whole seconds, as kube-lease-manager takes them: at least 2 s, and a
-/// grace of a third of it, at most 5 s.
-fn lease_timing(lease_duration: Duration) -> (u64, u64) {
-    let duration = lease_duration.as_secs().max(2);
-    (duration, 5.min(duration / 3))
+/// This process's identity in the Lease: the pod name (`HOSTNAME`, else a name from the process id) and a
+/// random suffix, as controller-runtime does, so that a restarted container does not take the Lease of the
+/// process it replaces for its own before that Lease expires.
+pub fn process_identity() -> String {
+    let pod = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
+    identity(&pod, random_u64())
 }
 
 /// Who competes for [`LEADER_LEASE`], and where.
@@ -45,46 +48,38 @@ pub struct LeaderElection {
     pub client: kube::Client,
     /// Namespace of the Lease (the manager's).
     pub namespace: String,
-    /// This replica's identity (the pod name).
+    /// This replica's identity ([`process_identity`]).
     pub identity: String,
     /// How long the Lease lasts without renewal (`--leader-election-lease-duration`).
     pub lease_duration: Duration,
+    /// Opened by every acquire and renewal that succeeded, for [`Timing::valid_for`].
+    pub fence: Fence,
 }
 
 impl LeaderElection {
-    /// Compete in `namespace` as this instance: the pod name (`HOSTNAME`, else a name from the process id)
-    /// and a random suffix, as controller-runtime does, so that a restarted container does not take the
-    /// Lease of the process it replaces for its own before that Lease expires.
-    pub fn new(client: kube::Client, namespace: &str, lease_duration: Duration) -> Self {
-        let pod = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
-        Self {
-            client,
-            namespace: namespace.to_string(),
-            identity: identity(&pod, random_u64()),
-            lease_duration,
-        }
+    /// Make sure the Lease can be read, and exists (created without a holder when absent).
+    pub async fn prepare(&self) -> Result<(), kube::Error> {
+        lease::read_or_create(&self.leases()).await.map(|_| ())
     }
 
-    /// A fresh lease manager (it reads the Lease, creating it when absent).
-    pub async fn manager(&self) -> Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError> {
-        let (duration, grace) = lease_timing(self.lease_duration);
-        kube_lease_manager::LeaseManagerBuilder::new(self.client.clone(), LEADER_LEASE)
-            .with_namespace(self.namespace.clone())
-            .with_identity(self.identity.clone())
-            .with_duration(duration)
-            .with_grace(grace)
-            .build()
-            .await
+    pub(super) fn leases(&self) -> kube::Api<k8s_openapi::api::coordination::v1::Lease> {
+        kube::Api::namespaced(self.client.clone(), &self.namespace)
     }
 }
 
-/// Reconcile while holding the lease; stop reconciling when it is lost, resume when regained. When `stop`
-/// is set: let the in-flight reconcile finish, then release the Lease, then return.
-pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut stop: watch::Receiver<bool>) {
-    let (leader_tx, mut leader) = watch::channel(false);
+/// Reconcile while holding the lease; stop reconciling when it is lost, resume when regained; publish
+/// whether this replica leads on `leading` (the webhook certificate keeper follows it). When `stop` is set:
+/// let the in-flight reconcile finish, then release the Lease, then return.
+pub async fn lead_and_reconcile(
+    election: LeaderElection,
+    ctx: Arc<Context>,
+    leading: watch::Sender<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut leader = leading.subscribe();
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
     // Aborted with this task: a killed manager must not keep renewing the Lease.
-    let elect = AbortOnDrop::new(tokio::spawn(elect(election, leader_tx, release_rx)));
+    let elect = AbortOnDrop::new(tokio::spawn(lease::elect(election, leading, release_rx)));
     loop {
         let won = tokio::select! {
             won = leader.wait_for(|l| *l) => won.is_ok(),
@@ -125,85 +120,6 @@ pub async fn lead_and_reconcile(election: LeaderElection, ctx: Arc<Context>, mut
     let _ = elect.disarm().await;
 }
 
-/// Keep competing for the Lease, publishing whether we lead, until `release`: then release it if held.
-///
-/// kube-lease-manager sleeps until the holder's lease would expire; a Lease released early (a leader
-/// shutting down) is seen through a watch instead, and a fresh manager takes it at once.
-async fn elect(
-    election: LeaderElection,
-    leader_tx: watch::Sender<bool>,
-    mut release: tokio::sync::oneshot::Receiver<()>,
-) {
-    use futures::StreamExt as _;
-    use k8s_openapi::api::coordination::v1::Lease;
-    use kube::runtime::{watcher, WatchStreamExt as _};
-    let leases: kube::Api<Lease> = kube::Api::namespaced(election.client.clone(), &election.namespace);
-    let by_name = watcher::Config::default().fields(&format!("metadata.name={LEADER_LEASE}"));
-    let mut released = watcher(leases, by_name)
-        .backoff(crate::watch_backoff::WatchBackoff::default())
-        .applied_objects()
-        .filter_map(|lease| async move {
-            let lease = lease.ok()?;
-            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-            holder.is_empty().then_some(())
-        })
-        .boxed();
-    let mut manager: Option<kube_lease_manager::LeaseManager> = None;
-    let mut leading = false;
-    loop {
-        let Some(current) = manager.as_ref() else {
-            match election.manager().await {
-                Ok(m) => manager = Some(m),
-                Err(e) => {
-                    tracing::warn!(error = %e, "leader election: reading the Lease failed");
-                    tokio::select! {
-                        _ = &mut release => break,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    }
-                }
-            }
-            continue;
-        };
-        tokio::select! {
-            biased;
-            _ = &mut release => break,
-            changed = current.changed() => match changed {
-                Ok(now) => {
-                    leading = now;
-                    tracing::info!(
-                        leading = now,
-                        "leader election: this replica {} the Lease",
-                        if now { "holds" } else { "no longer holds" }
-                    );
-                    let _ = leader_tx.send(now);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "leader election: renewing or taking the Lease failed");
-                    tokio::select! {
-                        _ = &mut release => break,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    }
-                }
-            },
-            Some(()) = released.next(), if !leading => {
-                // Released by its holder: look again now rather than at its old expiry.
-                manager = None;
-            }
-        }
-    }
-    if leading {
-        if let Some(manager) = &manager {
-            // One call, within the budget of one call: a shutdown must not wait on an API server that
-            // does not answer (the Lease expires by itself).
-            match tokio::time::timeout(reconciler::cluster::CALL_BUDGET, manager.release()).await {
-                Ok(Ok(())) => tracing::info!("lease released"),
-                Ok(Err(e)) => tracing::warn!(error = %e, "releasing the lease failed; it expires by itself"),
-                Err(_) => tracing::warn!("releasing the lease took too long; it expires by itself"),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,13 +129,5 @@ mod tests {
         assert_eq!(identity("btp-manager-abc", 0xbeef), "btp-manager-abc_000000000000beef");
         assert_eq!(identity("p", u64::MAX), "p_ffffffffffffffff");
         assert_ne!(random_u64(), random_u64(), "two replicas of one pod name differ");
-    }
-
-    #[test]
-    fn the_lease_lasts_at_least_two_seconds_with_a_grace_of_a_third_up_to_five() {
-        assert_eq!(lease_timing(DEFAULT_LEASE_DURATION), (15, 5));
-        assert_eq!(lease_timing(Duration::from_secs(3)), (3, 1));
-        assert_eq!(lease_timing(Duration::from_millis(500)), (2, 0));
-        assert_eq!(lease_timing(Duration::from_secs(60)), (60, 5));
     }
 }

@@ -12,6 +12,7 @@
 //! Task plumbing (`AbortOnDrop`, stop signals) is in [`crate::tasks`], below this and the reconciler.
 
 pub mod leader;
+pub mod lease;
 pub mod options;
 pub mod probes;
 pub mod shutdown;
@@ -24,8 +25,10 @@ pub use shutdown::RECONCILER_STOP_BUDGET;
 pub use webhooks::{Reach, WebhookOptions};
 
 use crate::config::Settings;
+use crate::fence::Fence;
 use crate::ops;
 use crate::reconciler::{self, metrics::ReconcileMetrics, Context};
+use crate::rest_client::{self, RestMetrics};
 use crate::tasks::{stopped, AbortOnDrop, StopOnError};
 use anyhow::Context as _;
 use btp_webhooks::metrics::WebhookMetrics;
@@ -45,11 +48,21 @@ pub fn manager_client(config: kube::Config) -> anyhow::Result<kube::Client> {
 /// policies loaded), and the metrics registry. [`ManagerBuilder::start`] starts everything `run` runs;
 /// [`ManagerBuilder::start_reconciler`] only the reconciler (behind leader election if asked).
 pub struct ManagerBuilder {
+    /// The client every part of the manager sends through ([`crate::rest_client::guard`]).
     client: kube::Client,
     options: Options,
     ctx: Arc<Context>,
     registry: Registry,
     webhook_metrics: WebhookMetrics,
+    /// This process's identity (the Lease holder, the `User-Agent` of its requests).
+    identity: String,
+    /// The right to write (open without leader election).
+    fence: Fence,
+    /// Whether this replica leads: the elector publishes it (always true without leader election); taken
+    /// by the reconciler's start.
+    leading: Option<watch::Sender<bool>>,
+    /// The same, for the webhook certificate keeper.
+    leads: watch::Receiver<bool>,
 }
 
 impl ManagerBuilder {
@@ -65,13 +78,33 @@ impl ManagerBuilder {
         let mut registry = Registry::default();
         let webhook_metrics = WebhookMetrics::register(&mut registry);
         let metrics = ReconcileMetrics::register(&mut registry);
-        let ctx = Context::new(client.clone(), base, image, options.rbac_proxy_image.clone(), metrics);
+        let requests = RestMetrics::register(&mut registry);
+        let identity = leader::process_identity();
+        let fence = match options.leader_election {
+            Some(_) => Fence::shut(),
+            None => Fence::open(),
+        };
+        let agent = format!("btp-manager/{} ({identity})", env!("CARGO_PKG_VERSION"));
+        let client = rest_client::guard(client, fence.clone(), Some(requests), &agent);
+        let ctx = Context::new(
+            client.clone(),
+            base,
+            image,
+            options.rbac_proxy_image.clone(),
+            metrics,
+            fence.clone(),
+        );
+        let (leading, leads) = watch::channel(options.leader_election.is_none());
         Ok(Self {
             client,
             ctx: Arc::new(ctx),
             options,
             registry,
             webhook_metrics,
+            identity,
+            fence,
+            leading: Some(leading),
+            leads,
         })
     }
 
@@ -82,7 +115,7 @@ impl ManagerBuilder {
 
     /// Start the reconciler alone (no webhooks, no endpoints), until `term` turns true: at once, or while
     /// this process holds the Lease when the options ask for leader election.
-    pub async fn start_reconciler(self, term: watch::Receiver<bool>) -> anyhow::Result<Reconciler> {
+    pub async fn start_reconciler(mut self, term: watch::Receiver<bool>) -> anyhow::Result<Reconciler> {
         let task = self.spawn_reconciler(term).await?;
         Ok(Reconciler {
             ctx: self.ctx,
@@ -93,25 +126,33 @@ impl ManagerBuilder {
 
     /// Start the reconciler (behind leader election if asked); the task ends once `stop` is set, after the
     /// in-flight reconcile and, when leading, after releasing the Lease.
-    async fn spawn_reconciler(&self, stop: watch::Receiver<bool>) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    async fn spawn_reconciler(&mut self, stop: watch::Receiver<bool>) -> anyhow::Result<tokio::task::JoinHandle<()>> {
         let ctx = self.ctx.clone();
+        let leading = self.leading.take().context("the reconciler is started once")?;
         let Some(lease_duration) = self.options.leader_election else {
             return Ok(tokio::spawn(async move {
                 ctx.metrics.set_leading(true);
                 reconciler::run(ctx.clone(), stopped(stop)).await;
                 ctx.metrics.set_leading(false);
+                drop(leading);
             }));
         };
-        let election = LeaderElection::new(self.client.clone(), &self.options.namespace, lease_duration);
+        let election = LeaderElection {
+            client: self.client.clone(),
+            namespace: self.options.namespace.clone(),
+            identity: self.identity.clone(),
+            lease_duration,
+            fence: self.fence.clone(),
+        };
         // The Lease must be readable (and creatable) before we say we started.
-        election.manager().await.context("preparing leader election")?;
-        Ok(tokio::spawn(leader::lead_and_reconcile(election, ctx, stop)))
+        election.prepare().await.context("preparing leader election")?;
+        Ok(tokio::spawn(leader::lead_and_reconcile(election, ctx, leading, stop)))
     }
 
     /// Start everything `run` runs until `term` turns true (then see [`Manager::shut_down`]): the
     /// reconciler, the metrics and health endpoints, and the webhook server; ready once they all serve.
     /// A start that fails half-way stops what it started.
-    pub async fn start(self, term: watch::Receiver<bool>) -> anyhow::Result<Manager> {
+    pub async fn start(mut self, term: watch::Receiver<bool>) -> anyhow::Result<Manager> {
         // `term`: shutdown requested (stop reconciling, not ready); `stop`: the drain is over (stop serving).
         let (stop_tx, stop_rx) = watch::channel(false);
         // Everything started below ends with `stop` (dropping `stop_tx` sets nothing, so a failed start stops
@@ -127,9 +168,13 @@ impl ManagerBuilder {
             ctx,
             registry,
             webhook_metrics,
+            leads,
+            ..
         } = self;
         let ready = ops::Readiness::default();
-        let (metrics_addr, health_addr) = probes::serve(options.probes, registry, ready.clone(), &stop_rx).await?;
+        let live = ops::Liveness::default();
+        let (metrics_addr, health_addr) =
+            probes::serve(options.probes, registry, ready.clone(), live.clone(), &stop_rx).await?;
         let wiring = webhooks::Wiring {
             client: &client,
             namespace: &options.namespace,
@@ -137,8 +182,15 @@ impl ManagerBuilder {
             match_conditions,
             metrics: webhook_metrics,
             certificate_expiry: ctx.metrics.certificates(),
+            leading: leads,
+            ready: ready.clone(),
+            live: live.clone(),
         };
         let (webhook_addr, webhooks) = webhooks::start(&options.webhooks, wiring, &stop_rx).await?;
+        // A task that ends before the shutdown fails `/healthz` (a panic, a server that stopped serving).
+        let mut reconciler = reconciler;
+        live.watch("the reconciler", task_alive(reconciler.handle(), &term));
+        live.watch("the webhook server", task_alive(&webhooks, &term));
         if !*term.borrow() {
             ready.set(true);
         }
@@ -158,6 +210,12 @@ impl ManagerBuilder {
             },
         })
     }
+}
+
+/// Whether a task runs, for `/healthz`: a task may end only once the shutdown was asked for.
+fn task_alive<T>(task: &tokio::task::JoinHandle<T>, term: &watch::Receiver<bool>) -> impl Fn() -> bool + Send + Sync {
+    let (finished, term) = (task.abort_handle(), term.clone());
+    move || !finished.is_finished() || *term.borrow()
 }
 
 /// A reconciler started by [`ManagerBuilder::start_reconciler`].

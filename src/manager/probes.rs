@@ -17,19 +17,20 @@ pub struct Probes {
     pub health: SocketAddr,
 }
 
-/// Serve `/metrics` (from `registry`) and `/healthz`, `/readyz` (from `ready`) in the background until
+/// Serve `/metrics` (from `registry`) and `/healthz`, `/readyz` (from `live`, `ready`) in the background until
 /// `stop`; returns the bound addresses (metrics, health).
 pub async fn serve(
     at: Probes,
     registry: Registry,
     ready: ops::Readiness,
+    live: ops::Liveness,
     stop: &watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, SocketAddr)> {
     let registry = Arc::new(Mutex::new(registry));
     let metrics = serve_plain(at.metrics, ops::metrics_router(registry), stopped(stop.clone()))
         .await
         .context("serving metrics")?;
-    let health = serve_plain(at.health, ops::health_router(ready), stopped(stop.clone()))
+    let health = serve_plain(at.health, ops::health_router(ready, live), stopped(stop.clone()))
         .await
         .context("serving the health endpoints")?;
     Ok((metrics, health))

@@ -106,6 +106,7 @@ mod tests {
         let (stop_tx, stop) = watch::channel(false);
         let ready = ops::Readiness::default();
         ready.set(true);
+        ready.set_admission(true);
         let seen = Seen::default();
         let reconciler = {
             let (mut term, seen) = (term.clone(), seen.clone());

@@ -141,20 +141,38 @@ pub async fn match_conditions_supported(client: &kube::Client) -> bool {
     }
 }
 
-/// Settle the manager's own webhook certificate Secret, publish its CA bundle, keep both in step in the
-/// background until `stop`, and return the certificate to serve.
+/// The certificate to serve from the manager's own webhook certificate Secret, kept in step in the
+/// background until `stop` (docs/behaviour.md#who-writes-what). A process that leads from its start (no
+/// leader election) settles the Secret and publishes its CA bundle first; with leader election the server
+/// starts with nothing to serve, and serves what the Secret holds as soon as the leader has issued it
+/// (not ready until then).
 pub async fn managed_webhook_certificate(
     certs: WebhookCerts,
+    leading: watch::Receiver<bool>,
+    ready: crate::ops::Readiness,
+    live: &crate::ops::Liveness,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Arc<SwappableCert>> {
-    let stored = certs.settle().await.context("preparing the webhook certificates")?;
-    let leaf = stored.leaf.as_ref().context("no serving certificate after settling")?;
-    let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
-    certs
-        .publish(&stored, &cert)
-        .await
-        .context("publishing the webhook CA bundle")?;
-    tokio::spawn(certs.run(cert.clone(), stopped(stop)));
+    let cert = if *leading.borrow() {
+        let stored = certs.settle().await.context("preparing the webhook certificates")?;
+        let leaf = stored.leaf.as_ref().context("no serving certificate after settling")?;
+        let cert = SwappableCert::from_pem(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
+        certs
+            .publish(&stored, &cert)
+            .await
+            .context("publishing the webhook CA bundle")?;
+        ready.set_admission(crate::webhook_certs::bundle_trusts(
+            &stored.ca_bundle(),
+            leaf.cert_pem.as_bytes(),
+        ));
+        cert
+    } else {
+        SwappableCert::pending()
+    };
+    let keeper = tokio::spawn(certs.run(cert.clone(), leading, ready, stopped(stop.clone()))).abort_handle();
+    live.watch("the webhook certificate keeper", move || {
+        !keeper.is_finished() || *stop.borrow()
+    });
     Ok(cert)
 }
 
@@ -172,6 +190,12 @@ pub struct Wiring<'a> {
     pub metrics: WebhookMetrics,
     /// The expiry gauge of the self-managed certificate.
     pub certificate_expiry: CertificateExpiry,
+    /// Whether this replica leads (only the leader writes the certificate Secret and the configurations).
+    pub leading: watch::Receiver<bool>,
+    /// Readiness: whether admission through this replica works.
+    pub ready: crate::ops::Readiness,
+    /// Liveness: the certificate keeper is watched.
+    pub live: crate::ops::Liveness,
 }
 
 /// Bind, certify and register the webhook server, and serve it in the background until `stop`; returns the
@@ -188,6 +212,9 @@ pub async fn start(
         match_conditions,
         metrics,
         certificate_expiry,
+        leading,
+        ready,
+        live,
     } = wiring;
     // Bound before the certificate is made, so that the endpoint names the port actually bound.
     let listener = tokio::net::TcpListener::bind(options.bind)
@@ -214,6 +241,8 @@ pub async fn start(
             let watch = files.watch(cert.clone(), Duration::from_secs(10));
             tokio::spawn(until(stopped(stop.clone()), watch));
             tracing::info!(dir = %dir.display(), "serving webhook certificates from files; caBundle is not managed");
+            // The caBundle is someone else's: admission works as far as this replica can tell.
+            ready.set_admission(true);
             cert
         }
         None => {
@@ -221,7 +250,7 @@ pub async fn start(
             policy.key = options.key_algorithm;
             let certs = WebhookCerts::new(client.clone(), namespace, &options.cert_secret, policy, manifests)
                 .with_expiry_metrics(certificate_expiry);
-            managed_webhook_certificate(certs, stop.clone()).await?
+            managed_webhook_certificate(certs, leading, ready, &live, stop.clone()).await?
         }
     };
 

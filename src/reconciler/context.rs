@@ -33,6 +33,8 @@ pub struct Context {
     pub rbac_proxy_image: Option<String>,
     /// Reconcile metrics.
     pub metrics: ReconcileMetrics,
+    /// The right to write (docs/behaviour.md#leader-election): a pass begins only while it holds.
+    pub fence: crate::fence::Fence,
     events: super::events::Events,
     /// This term's state.
     term: RwLock<Arc<Term>>,
@@ -117,6 +119,7 @@ impl Context {
         image: String,
         rbac_proxy_image: Option<String>,
         metrics: ReconcileMetrics,
+        fence: crate::fence::Fence,
     ) -> Self {
         let events = super::events::Events::new(client.clone());
         let base = Arc::new(base);
@@ -127,6 +130,7 @@ impl Context {
             image,
             rbac_proxy_image,
             metrics,
+            fence,
             events,
             term: RwLock::new(Arc::new(term)),
         }

@@ -36,6 +36,12 @@ pub fn pass_budget(cr: &BtpOperator, config: &crate::config::Config) -> std::tim
 
 /// Reconcile one `BtpOperator`.
 pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    // A pass begins only while this replica may write: after a pause past its Lease it waits for a renewal
+    // (or the end of its term, which drops this pass) without sending anything.
+    if !ctx.fence.valid() {
+        tracing::info!("no valid leader Lease: the pass waits for a renewal before it writes anything");
+        ctx.fence.wait_valid().await;
+    }
     let started = Instant::now();
     ctx.begin_pass();
     // One snapshot of the settings for the whole pass: a change published meanwhile applies to the next.

@@ -9,9 +9,12 @@
 //! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
+pub mod chart;
 pub mod eventually;
+pub mod go_manager;
 pub mod install;
 pub mod operand;
+pub mod replica;
 
 pub use eventually::*;
 

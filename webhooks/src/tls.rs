@@ -70,17 +70,25 @@ fn pem_error_kind(e: &rustls::pki_types::pem::Error) -> String {
     }
 }
 
-/// A [`ResolvesServerCert`] whose certificate is replaced atomically with [`SwappableCert::set`].
+/// A [`ResolvesServerCert`] whose certificate is replaced atomically with [`SwappableCert::set`]. One made
+/// [`SwappableCert::pending`] has none yet: every handshake fails until the first [`SwappableCert::set`].
 #[derive(Debug)]
 pub struct SwappableCert {
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Option<Arc<CertifiedKey>>>,
 }
 
 impl SwappableCert {
     /// Start serving `initial`.
     pub fn new(initial: CertifiedKey) -> Arc<Self> {
         Arc::new(Self {
-            current: RwLock::new(Arc::new(initial)),
+            current: RwLock::new(Some(Arc::new(initial))),
+        })
+    }
+
+    /// Nothing to serve yet (a replica waiting for the certificate another one issues).
+    pub fn pending() -> Arc<Self> {
+        Arc::new(Self {
+            current: RwLock::new(None),
         })
     }
 
@@ -91,7 +99,7 @@ impl SwappableCert {
 
     /// Serve `next` for every handshake from now on.
     pub fn set(&self, next: CertifiedKey) {
-        let next = Arc::new(next);
+        let next = Some(Arc::new(next));
         match self.current.write() {
             Ok(mut guard) => *guard = next,
             // A poisoned lock only means a writer panicked mid-assignment of an Arc: the value is whole.
@@ -105,8 +113,8 @@ impl SwappableCert {
         Ok(())
     }
 
-    /// The certificate served now (leaf first).
-    pub fn current(&self) -> Arc<CertifiedKey> {
+    /// The certificate served now (leaf first), if any.
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
         match self.current.read() {
             Ok(guard) => guard.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -116,7 +124,7 @@ impl SwappableCert {
 
 impl ResolvesServerCert for SwappableCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current())
+        self.current()
     }
 }
 
@@ -191,7 +199,8 @@ impl CertDir {
             };
             let served = target.current();
             let on_disk = CertificateDer::pem_slice_iter(&cert).next().and_then(Result::ok);
-            if on_disk.as_ref().is_some_and(|der| served.cert.first() == Some(der)) {
+            let served_first = served.as_ref().and_then(|s| s.cert.first());
+            if on_disk.is_some() && on_disk.as_ref() == served_first {
                 continue;
             }
             match target.set_pem(&cert, &key) {

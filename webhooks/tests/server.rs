@@ -322,7 +322,7 @@ async fn rotation_under_load_drops_nothing_and_new_connections_get_the_new_certi
 #[tokio::test]
 async fn a_bad_certificate_is_refused_and_the_old_one_keeps_serving() {
     let server = TestServer::start().await;
-    let before = server.cert.current();
+    let before = server.cert.current().expect("a served certificate");
     let other = leaf(&server.ca);
     let unrelated = leaf(&ca());
     assert!(server.cert.set_pem(b"garbage", other.key_pem.as_bytes()).is_err());
@@ -332,7 +332,10 @@ async fn a_bad_certificate_is_refused_and_the_old_one_keeps_serving() {
         .unwrap_err();
     assert!(err.to_string().contains("does not match"), "{err}");
     assert!(!err.to_string().contains("PRIVATE KEY"), "key material in error: {err}");
-    assert!(Arc::ptr_eq(&before, &server.cert.current()));
+    assert!(Arc::ptr_eq(
+        &before,
+        &server.cert.current().expect("a served certificate")
+    ));
     let mut conn = server.connect(Protocol::Http1).await;
     assert_eq!(
         conn.send(Method::GET, "/healthz", None, Bytes::new())
@@ -354,7 +357,10 @@ async fn certificates_from_a_directory_are_reloaded_when_they_change() {
     std::fs::write(dir.join("tls.key"), &first.key_pem).unwrap();
     let certs = CertDir::new(&dir);
     let resolver: Arc<SwappableCert> = certs.load().await.unwrap();
-    assert_eq!(resolver.current().cert[0].as_ref(), der_of(&first.cert_pem).as_slice());
+    assert_eq!(
+        resolver.current().expect("a served certificate").cert[0].as_ref(),
+        der_of(&first.cert_pem).as_slice()
+    );
     let watcher = tokio::spawn(certs.clone().watch(resolver.clone(), Duration::from_millis(20)));
 
     let second = leaf(&ca);
@@ -363,7 +369,7 @@ async fn certificates_from_a_directory_are_reloaded_when_they_change() {
     let expected = der_of(&second.cert_pem);
     wait_until(Duration::from_secs(5), "reload of the new pair", || {
         let (resolver, expected) = (resolver.clone(), expected.clone());
-        async move { resolver.current().cert[0].as_ref() == expected.as_slice() }
+        async move { resolver.current().expect("a served certificate").cert[0].as_ref() == expected.as_slice() }
     })
     .await;
     watcher.abort();

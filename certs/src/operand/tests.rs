@@ -805,3 +805,37 @@ fn durations_are_printed_briefly() {
     assert_eq!(short_duration(Duration::ZERO), "0h");
     assert_eq!(short_duration(Duration::from_millis(1500)), "1.5s");
 }
+
+/// RSA keys are stored as the Go manager stores them (PKCS#1), so that after a rollback it can sign a renewed
+/// serving certificate with the stored CA key; the pair stays valid for this manager, which renews from it too.
+/// ECDSA keys stay PKCS#8.
+#[test]
+fn rsa_keys_are_stored_as_pkcs1_and_renew_from_the_stored_ca() {
+    let s = Settings {
+        key: KeyAlgorithm::Rsa2048,
+        ..settings()
+    };
+    let certs = regenerate(&Decision::Full(Reason::CaSecretMissing), None, t0(), &s)
+        .unwrap()
+        .unwrap();
+    let ca = to_ca_secret_data(&certs.ca);
+    let webhook = to_webhook_secret_data(&certs.webhook);
+    for key in [&ca[keys::CA_KEY], &webhook[keys::TLS_KEY]] {
+        assert!(
+            key.starts_with(b"-----BEGIN RSA PRIVATE KEY-----\n"),
+            "{}",
+            String::from_utf8_lossy(&key[..40])
+        );
+    }
+    assert_eq!(decide(Some(&ca), Some(&webhook), t0(), &s), Decision::Keep);
+    let renewed = regenerate(&Decision::WebhookOnly(Reason::WebhookCertMissing), Some(&ca), t0(), &s)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        decide(Some(&ca), Some(&to_webhook_secret_data(&renewed.webhook)), t0(), &s),
+        Decision::Keep
+    );
+
+    let (ecdsa_ca, _) = valid_data();
+    assert!(ecdsa_ca[keys::CA_KEY].starts_with(b"-----BEGIN PRIVATE KEY-----"));
+}

@@ -1,0 +1,191 @@
+//! Manager processes for the tests that run several replicas side by side (`tests/shutdown.rs`,
+//! `tests/rollout.rs`): the built binary with `run --leader-elect`, `HOSTNAME` set to the replica's name (so
+//! its Lease identity and the `User-Agent` of its requests carry it), its own loopback ports, and its log in a
+//! file.
+
+use btp_api::{names, BtpOperator};
+use btp_apiserver::{ApiServer, Config as ServerConfig, RunningApiServer};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// The manager's Lease.
+pub const LEASE: &str = "ec023d38.kyma-project.io";
+
+/// One manager process; killed when dropped.
+pub struct Replica {
+    pub name: String,
+    child: Child,
+    pub metrics: u16,
+    pub health: u16,
+    pub webhook: SocketAddr,
+    log: PathBuf,
+}
+
+impl Replica {
+    /// Start `btp-manager run --leader-elect` with `args` (the lease duration, the resources paths and whatever
+    /// else the test sets), against `kubeconfig`, logging into `dir`.
+    pub fn start(name: &str, kubeconfig: &Path, dir: &Path, args: &[String]) -> Self {
+        let (metrics, health, webhook) = (super::free_port(), super::free_port(), super::free_port());
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).expect("the replica's log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+            .args(["run", "--leader-elect"])
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg(format!("--webhook-bind-address=127.0.0.1:{webhook}"))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOSTNAME", name)
+            .env(
+                "SAP_BTP_SERVICE_OPERATOR",
+                "example.test/sap-btp-service-operator:v0.11.10",
+            )
+            .env("RUST_LOG", "info")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("the log file"))
+            .stderr(out)
+            .spawn()
+            .expect("starting btp-manager");
+        Self {
+            name: name.into(),
+            child,
+            metrics,
+            health,
+            webhook: SocketAddr::from(([127, 0, 0, 1], webhook)),
+            log,
+        }
+    }
+
+    /// `kill <signal> <pid>`.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {}", self.child.id());
+    }
+
+    /// What it logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait for exit; the status and how long it took.
+    pub async fn exited(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
+        let start = Instant::now();
+        let child = &mut self.child;
+        match super::try_eventually(within, || std::future::ready(child.try_wait().unwrap())).await {
+            Ok(status) => (status, start.elapsed()),
+            Err(()) => panic!("{} did not exit within {within:?}:\n{}", self.name, self.logs()),
+        }
+    }
+
+    /// Whether a request with this `User-Agent` was sent by this replica.
+    pub fn sent(&self, user_agent: &str) -> bool {
+        user_agent.contains(&format!("({}_", self.name))
+    }
+
+    /// `GET /readyz`: whether it answered 200.
+    pub async fn ready(&self) -> bool {
+        ready(self.health).await
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            // A stopped process dies of SIGKILL too; continue it anyway so nothing is left stopped.
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.child.id().to_string()])
+                .status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `GET /readyz` on a health port: whether it answered 200.
+pub async fn ready(port: u16) -> bool {
+    http_get(port, "/readyz").await.is_some_and(|r| is_ok(&r))
+}
+
+/// Whether an HTTP response is a 200.
+pub fn is_ok(response: &str) -> bool {
+    response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
+}
+
+/// `GET path` on a loopback port: the whole response, None when none came within 500 ms.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        String::from_utf8(buf).ok()
+    };
+    tokio::time::timeout(Duration::from_millis(500), attempt)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The replica (pod name) whose manager holds the Lease in `namespace` (the identity is
+/// `<HOSTNAME>_<random suffix>`; "" when none).
+pub async fn lease_holder(client: &kube::Client, namespace: &str) -> String {
+    let identity = Api::<Lease>::namespaced(client.clone(), namespace)
+        .get_opt(LEASE)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    identity
+        .rsplit_once('_')
+        .map_or(identity.as_str(), |(pod, _)| pod)
+        .to_string()
+}
+
+/// An embedded API server for replicas: `kyma-system`, the BtpOperator CRD, the credentials Secret and a
+/// Deployment controller stand-in; its admin kubeconfig is `<dir>/kubeconfig`, `dir` a new temporary
+/// directory named after `name`.
+pub async fn cluster(name: &str) -> (RunningApiServer, kube::Client, PathBuf) {
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let client = server.client().await;
+    let dir = super::temp_dir(name);
+    std::fs::write(dir.join("kubeconfig"), server.kubeconfig_yaml()).expect("the kubeconfig");
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}})).expect("a Namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("kyma-system");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &BtpOperator::crd().expect("the CRD"))
+        .await
+        .expect("the BtpOperator CRD");
+    let mut secret = serde_json::json!({
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+    });
+    secret["stringData"] = super::credentials();
+    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret).expect("a Secret"),
+        )
+        .await
+        .expect("the credentials Secret");
+    btp_apiserver::testing::spawn_deployment_controller(client.clone());
+    (server, client, dir)
+}

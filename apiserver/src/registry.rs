@@ -196,15 +196,6 @@ fn builtin_list() -> Vec<ResourceDef> {
             &[],
             false,
         ),
-        builtin(
-            "policy",
-            "v1",
-            "poddisruptionbudgets",
-            "PodDisruptionBudget",
-            true,
-            &["pdb"],
-            true,
-        ),
         // Create only: answered from RBAC, never stored (`access::review`).
         builtin(
             "authorization.k8s.io",

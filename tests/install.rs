@@ -786,6 +786,15 @@ async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_
             "{kind} {name} is left registered"
         );
     }
+    for (kind, name) in [
+        ("rolebinding", "btp-manager-api-server-endpoints-rolebinding"),
+        ("role", "btp-manager-api-server-endpoints-role"),
+    ] {
+        assert!(
+            !exists_in(kubeconfig, kind, name, Some("default")),
+            "{kind} default/{name} is left"
+        );
+    }
     for (kind, name, namespaced) in [
         ("deployment", "btp-manager-controller-manager", true),
         ("clusterrole", "btp-manager-manager-role", false),

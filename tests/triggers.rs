@@ -202,8 +202,8 @@ async fn the_deployment_turning_available_during_an_early_pass_is_not_lost() {
     env.stop().await;
 }
 
-/// 5. Only our own echoes wait for the backoff: six failed passes (the next retry about 64 s away), then a
-///    person changes the credentials Secret's `cluster_id`. A pass runs at once and the operand ConfigMap
+/// 5. Only our own echoes wait for the backoff: seven failed passes (the next retry 64 s away, 51 to 77 s
+///    with the jitter), then a person changes the credentials Secret's `cluster_id`. A pass runs at once and the operand ConfigMap
 ///    follows within seconds, long before the retry is due.
 #[tokio::test]
 async fn a_persons_secret_change_during_the_backoff_brings_a_pass_at_once() {
@@ -213,7 +213,7 @@ async fn a_persons_secret_change_during_the_backoff_brings_a_pass_at_once() {
     };
     env.create_secret_and_cr().await;
     env.wait_cr(Reason::ReconcileSucceeded, 20).await;
-    fail_passes(&env, server, 6).await;
+    fail_passes(&env, server, 7).await;
     server.faults().clear();
     assert!(env.ctx.backing_off(), "the retry is tens of seconds away");
     let retry_in = env.ctx.retry_in();

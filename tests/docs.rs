@@ -178,12 +178,18 @@ fn every_relative_link_in_the_markdown_resolves() {
         assert!(files.contains(&root().join(required)), "{required} is checked");
     }
     let mut links = 0;
+    let mut broken = Vec::new();
     for file in &files {
         let text = read(file);
         links += link_targets(&text).len();
-        let broken = broken_links(file, &text);
-        assert!(broken.is_empty(), "{} has broken links: {broken:#?}", file.display());
+        let relative = file.strip_prefix(root()).unwrap_or(file).display().to_string();
+        broken.extend(
+            broken_links(file, &text)
+                .into_iter()
+                .map(|b| format!("{relative}: {b}")),
+        );
     }
+    assert!(broken.is_empty(), "broken links: {broken:#?}");
     assert!(links >= 100, "the docs link to each other ({links} links found)");
 }
 

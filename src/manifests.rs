@@ -43,6 +43,9 @@ pub struct ModuleResources {
     pub delete: Vec<Value>,
     /// The chart version (label `chart-version`).
     pub chart_version: String,
+    /// `(apiVersion, kind)` → the file it first appears in, as `apply/<file>` or `delete/<file>` (for errors
+    /// about the kind).
+    pub sources: std::collections::BTreeMap<(String, String), String>,
 }
 
 /// Where manifests come from.
@@ -144,6 +147,35 @@ fn yaml_files<'a>(files: &Files<'a>, missing: Missing) -> Result<Vec<(PathBuf, C
 
 /// Every document of every YAML file of `files`, each passing `check`.
 fn documents(files: Files<'_>, missing: Missing, check: Check) -> Result<Vec<Value>, LoadError> {
+    Ok(documents_from(files, missing, check)?
+        .into_iter()
+        .map(|(_, doc)| doc)
+        .collect())
+}
+
+/// Each kind of `objects` with the file it first appears in.
+fn sources_of(sets: &[&[(PathBuf, Value)]]) -> std::collections::BTreeMap<(String, String), String> {
+    let mut sources = std::collections::BTreeMap::new();
+    for (path, doc) in sets.iter().flat_map(|set| set.iter()) {
+        let api_version = doc["apiVersion"].as_str().unwrap_or_default().to_string();
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        // Relative to the resources directory (`apply/x.yml`), the same for the built-in copy and a directory.
+        let dir = path
+            .parent()
+            .and_then(Path::file_name)
+            .map(|d| d.to_string_lossy().into_owned());
+        let file = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let relative = dir.map_or_else(|| file.clone(), |d| format!("{d}/{file}"));
+        sources.entry((api_version, kind)).or_insert(relative);
+    }
+    sources
+}
+
+/// The documents of `files`, each with the file it is in.
+fn documents_from(files: Files<'_>, missing: Missing, check: Check) -> Result<Vec<(PathBuf, Value)>, LoadError> {
     let mut objects = Vec::new();
     for (path, text) in yaml_files(&files, missing)? {
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| LoadError::Invalid {
@@ -154,7 +186,7 @@ fn documents(files: Files<'_>, missing: Missing, check: Check) -> Result<Vec<Val
             if let Err(reason) = check(&doc) {
                 return Err(LoadError::Invalid { path, reason });
             }
-            objects.push(doc);
+            objects.push((path.clone(), doc));
         }
     }
     Ok(objects)
@@ -192,11 +224,9 @@ pub fn module_resources(path: &Path) -> Result<ModuleResources, LoadError> {
         })?
         .trim()
         .to_string();
-    Ok(ModuleResources {
-        apply: documents(Files::Disk(dir.join("apply")), Missing::Empty, named_object)?,
-        delete: documents(Files::Disk(dir.join("delete")), Missing::Empty, named_object)?,
-        chart_version,
-    })
+    let apply = documents_from(Files::Disk(dir.join("apply")), Missing::Empty, named_object)?;
+    let delete = documents_from(Files::Disk(dir.join("delete")), Missing::Empty, named_object)?;
+    Ok(module(apply, delete, chart_version))
 }
 
 /// What [`module_resources`] returns for a directory holding these `apply/` and `delete/` files and this
@@ -208,11 +238,18 @@ pub fn module_resources_from_files(
     chart_version: &str,
 ) -> Result<ModuleResources, LoadError> {
     let dir = Path::new(embedded::MODULE_RESOURCES);
-    Ok(ModuleResources {
-        apply: documents(Files::Given(dir.join("apply"), apply), Missing::Empty, named_object)?,
-        delete: documents(Files::Given(dir.join("delete"), delete), Missing::Empty, named_object)?,
-        chart_version: chart_version.trim().to_string(),
-    })
+    let apply = documents_from(Files::Given(dir.join("apply"), apply), Missing::Empty, named_object)?;
+    let delete = documents_from(Files::Given(dir.join("delete"), delete), Missing::Empty, named_object)?;
+    Ok(module(apply, delete, chart_version.trim().to_string()))
+}
+
+fn module(apply: Vec<(PathBuf, Value)>, delete: Vec<(PathBuf, Value)>, chart_version: String) -> ModuleResources {
+    ModuleResources {
+        sources: sources_of(&[&apply, &delete]),
+        apply: apply.into_iter().map(|(_, doc)| doc).collect(),
+        delete: delete.into_iter().map(|(_, doc)| doc).collect(),
+        chart_version,
+    }
 }
 
 /// Subdirectory of `ManagerResourcesPath` holding the network policies.

@@ -82,6 +82,14 @@ pub fn plan(namespace: &str) -> Vec<Step> {
         Object::new("v1", "Secret", ns, names::webhook::CERT_SECRET_NAME),
         Object::new(rbac, "ClusterRole", None, "kyma-btp-operator-view"),
         Object::new(rbac, "ClusterRole", None, "kyma-btp-operator-edit"),
+        // Its read of the API server's EndpointSlices (the operand's network policies), in `default`.
+        Object::new(
+            rbac,
+            "RoleBinding",
+            Some("default"),
+            "btp-manager-api-server-endpoints-rolebinding",
+        ),
+        Object::new(rbac, "Role", Some("default"), "btp-manager-api-server-endpoints-role"),
     ] {
         steps.push(Step::Delete(object));
     }

@@ -86,6 +86,11 @@ async fn a_deletion_with_nothing_blocking_removes_every_module_resource_and_the_
 
 #[tokio::test]
 async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_deletion_unblocks_it() {
+    if skipped_without_the_operand(
+        "services_block_the_deletion_the_operand_stays_healthy_and_the_last_deletion_unblocks_it",
+    ) {
+        return;
+    }
     let env = ready_env(config()).await;
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-a").await;
@@ -149,6 +154,9 @@ async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_dele
 
 #[tokio::test]
 async fn force_delete_while_blocked_deletes_the_services_then_everything_else() {
+    if skipped_without_the_operand("force_delete_while_blocked_deletes_the_services_then_everything_else") {
+        return;
+    }
     let env = ready_env(config()).await;
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-b").await;
@@ -166,6 +174,9 @@ async fn force_delete_while_blocked_deletes_the_services_then_everything_else() 
 
 #[tokio::test]
 async fn a_hard_delete_that_times_out_ends_in_a_soft_delete_that_removes_binding_secrets() {
+    if skipped_without_the_operand("a_hard_delete_that_times_out_ends_in_a_soft_delete_that_removes_binding_secrets") {
+        return;
+    }
     let env = ready_env(Config {
         hard_delete_timeout: Duration::from_secs(1),
         hard_delete_check_interval: Duration::from_millis(200),
@@ -223,6 +234,11 @@ async fn a_hard_delete_that_times_out_ends_in_a_soft_delete_that_removes_binding
 
 #[tokio::test]
 async fn a_manager_restarted_during_the_hard_delete_and_during_the_soft_delete_still_finishes() {
+    if skipped_without_the_operand(
+        "a_manager_restarted_during_the_hard_delete_and_during_the_soft_delete_still_finishes",
+    ) {
+        return;
+    }
     let mut env = ready_env(Config {
         hard_delete_timeout: Duration::from_secs(2),
         hard_delete_check_interval: Duration::from_millis(200),
@@ -304,6 +320,9 @@ async fn reconcile_now_ignored(env: &Env) {
 
 #[tokio::test]
 async fn a_force_delete_survives_injected_api_failures_and_cut_watches() {
+    if skipped_without_the_operand("a_force_delete_survives_injected_api_failures_and_cut_watches") {
+        return;
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter("btp_manager=info")
         .with_test_writer()
@@ -419,6 +438,11 @@ async fn install_the_manager_itself(env: &Env) -> Vec<(kube::api::ApiResource, O
 
 #[tokio::test]
 async fn the_managers_own_deployment_rbac_services_webhooks_and_certificate_survive_a_deprovisioning() {
+    if skipped_without_the_operand(
+        "the_managers_own_deployment_rbac_services_webhooks_and_certificate_survive_a_deprovisioning",
+    ) {
+        return;
+    }
     let env = ready_env(config()).await;
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-f").await;
@@ -494,6 +518,9 @@ async fn a_failed_removal_is_reported_the_operand_restored_and_the_deletion_retr
 
 #[tokio::test]
 async fn a_hard_delete_that_fails_goes_to_the_soft_delete() {
+    if skipped_without_the_operand("a_hard_delete_that_fails_goes_to_the_soft_delete") {
+        return;
+    }
     let env = ready_env(config()).await;
     let Some(server) = env.embedded() else {
         return env.stop().await;

@@ -587,10 +587,15 @@ fn apply_file(kubeconfig: &Path, file: &str) {
 
 /// Whether `kind/name` (namespaced in kyma-system unless cluster-scoped) exists, asked through kubectl.
 fn exists(kubeconfig: &Path, kind: &str, name: &str, namespaced: bool) -> bool {
+    exists_in(kubeconfig, kind, name, namespaced.then_some(names::KYMA_SYSTEM))
+}
+
+/// Whether `kind` `name` exists in `namespace` (None: cluster-scoped).
+fn exists_in(kubeconfig: &Path, kind: &str, name: &str, namespace: Option<&str>) -> bool {
     let mut command = Command::new(kubectl());
     command.args(["get", kind, name, "--ignore-not-found", "-o", "name"]);
-    if namespaced {
-        command.args(["-n", names::KYMA_SYSTEM]);
+    if let Some(namespace) = namespace {
+        command.args(["-n", namespace]);
     }
     let out = command.env("KUBECONFIG", kubeconfig).output().expect("run kubectl");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -624,9 +629,10 @@ async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
         for object in deploy_objects(file.as_str().unwrap()) {
             let kind = object["kind"].as_str().unwrap();
             let name = object["metadata"]["name"].as_str().unwrap();
-            let namespaced = object["metadata"]["namespace"].is_string();
+            // deploy/ also has a Role in `default` (the API server's EndpointSlices).
+            let namespace = object["metadata"]["namespace"].as_str();
             assert!(
-                exists(&kubeconfig, kind, name, namespaced),
+                exists_in(&kubeconfig, kind, name, namespace),
                 "{kind} {name} of deploy/ was deleted"
             );
         }
@@ -780,6 +786,15 @@ async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_
         assert!(
             !exists(kubeconfig, kind, name, namespaced),
             "{kind} {name} is left registered"
+        );
+    }
+    for (kind, name) in [
+        ("rolebinding", "btp-manager-api-server-endpoints-rolebinding"),
+        ("role", "btp-manager-api-server-endpoints-role"),
+    ] {
+        assert!(
+            !exists_in(kubeconfig, kind, name, Some("default")),
+            "{kind} default/{name} is left"
         );
     }
     for (kind, name, namespaced) in [

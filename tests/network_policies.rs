@@ -2,7 +2,13 @@
 //! ship (`deploy/`) let the API server reach both admission webhooks: the manager's (port 9443 of the pod
 //! of `deploy/deployment.yaml`) and the operand's (port 9443 of the pod of `module-resources/apply`).
 //!
-//! A small, pure NetworkPolicy evaluator (ingress only, as the Kubernetes documentation defines it): a pod
+//! They also let both pods reach, on every cluster shape users run (kubeadm, kind, k3s, Gardener, EKS/GKE and
+//! the v1.36 cluster the project is verified on), the API server and the cluster DNS, and the operand
+//! reach SAP BTP on 443: egress is evaluated after the Service's translation, against the endpoint
+//! (the `default/kubernetes` EndpointSlice's address and port, the `kube-dns` pod and its port), as Calico
+//! and Cilium do, and an `ipBlock` never matches a pod (Cilium's rule).
+//!
+//! A small, pure NetworkPolicy evaluator (as the Kubernetes documentation defines it): a pod
 //! is isolated for ingress once any policy in its namespace selects it with policy type Ingress; then a
 //! connection is admitted only if some such policy has an ingress rule whose `ports` (none = all; numbers
 //! or named container ports) and `from` (none = everyone) match. The API server is a peer outside the
@@ -392,4 +398,337 @@ fn the_evaluator_follows_the_rules() {
         &serde_json::json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}),
         &pod.labels
     ));
+}
+
+// --- Egress -----------------------------------------------------------------------------------------
+
+fn is_egress_policy(policy: &Value) -> bool {
+    match policy["spec"]["policyTypes"].as_array() {
+        Some(types) => types.iter().any(|t| t == "Egress"),
+        None => policy["spec"].get("egress").is_some(),
+    }
+}
+
+/// Where a connection goes after the Service's translation: the endpoint and its port.
+#[derive(Clone, Debug)]
+struct Destination {
+    peer: Peer,
+    port: u16,
+    protocol: &'static str,
+}
+
+fn egress_port_matches(rule_port: &Value, dest: &Destination) -> bool {
+    if rule_port["protocol"].as_str().unwrap_or("TCP") != dest.protocol {
+        return false;
+    }
+    match &rule_port["port"] {
+        Value::Null => true,
+        Value::Number(n) => {
+            let start = n.as_u64().unwrap_or(0);
+            let end = rule_port["endPort"].as_u64().unwrap_or(start);
+            (start..=end).contains(&u64::from(dest.port))
+        }
+        // A named port names the destination pod's container port; our policies use none.
+        _ => false,
+    }
+}
+
+/// Whether `pod` may open a connection to `dest` under `policies` (egress), and the isolating policies.
+fn egress_admitted(policies: &[Value], pod: &Pod, dest: &Destination) -> (bool, Vec<String>) {
+    let isolating: Vec<&Value> = policies
+        .iter()
+        .filter(|p| p["kind"] == "NetworkPolicy")
+        .filter(|p| p["metadata"]["namespace"].as_str().unwrap_or("default") == pod.namespace)
+        .filter(|p| is_egress_policy(p) && selects(&p["spec"]["podSelector"], &pod.labels))
+        .collect();
+    let names = isolating
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    if isolating.is_empty() {
+        return (true, names);
+    }
+    let ok = isolating.iter().any(|p| {
+        p["spec"]["egress"].as_array().into_iter().flatten().any(|rule| {
+            let ports_ok = match rule["ports"].as_array() {
+                None => true,
+                Some(ports) => ports.is_empty() || ports.iter().any(|rp| egress_port_matches(rp, dest)),
+            };
+            let to_ok = match rule["to"].as_array() {
+                None => true,
+                Some(to) => to.is_empty() || to.iter().any(|t| peer_matches(t, &dest.peer, &pod.namespace)),
+            };
+            ports_ok && to_ok
+        })
+    });
+    (ok, names)
+}
+
+/// A cluster as its distribution ships it: the `default/kubernetes` EndpointSlice and the DNS pods the
+/// `kube-dns` Service translates to (namespace labels, pod labels, the port they listen on).
+struct Shape {
+    name: &'static str,
+    api_slice: Value,
+    dns: Vec<(Labels, Labels, u16)>,
+}
+
+fn slice(address: &str, port: u16) -> Value {
+    serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "kubernetes",
+                                "endpointslice.kubernetes.io/managed-by": "endpointslicemirroring-controller.k8s.io"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    })
+}
+
+fn l(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// `kube-system` as every distribution labels it (the automatic name label), and CoreDNS/kube-dns pods
+/// labelled `k8s-app: kube-dns` listening on 53.
+fn kube_dns() -> (Labels, Labels, u16) {
+    (
+        l(&[("kubernetes.io/metadata.name", "kube-system")]),
+        l(&[("k8s-app", "kube-dns")]),
+        53,
+    )
+}
+
+fn shapes() -> Vec<Shape> {
+    let gardener_ns = l(&[
+        ("kubernetes.io/metadata.name", "kube-system"),
+        ("gardener.cloud/purpose", "kube-system"),
+    ]);
+    vec![
+        Shape {
+            name: "kubeadm",
+            api_slice: slice("192.168.56.10", 6443),
+            dns: vec![kube_dns()],
+        },
+        Shape {
+            name: "kind",
+            api_slice: slice("172.18.0.2", 6443),
+            dns: vec![kube_dns()],
+        },
+        Shape {
+            name: "k3s",
+            api_slice: slice("10.0.2.15", 6443),
+            dns: vec![kube_dns()],
+        },
+        Shape {
+            // CoreDNS on 8053 behind the kube-dns Service, and the node-local DNS cache on 53.
+            name: "Gardener",
+            api_slice: slice("10.243.0.1", 443),
+            dns: vec![
+                (gardener_ns.clone(), l(&[("k8s-app", "kube-dns")]), 8053),
+                (gardener_ns, l(&[("k8s-app", "node-local-dns")]), 53),
+            ],
+        },
+        Shape {
+            name: "EKS/GKE",
+            api_slice: slice("172.16.0.2", 443),
+            dns: vec![kube_dns()],
+        },
+        Shape {
+            // The control plane this project is verified on listens on 7443.
+            name: "v1.36 (7443)",
+            api_slice: slice("10.96.0.1", 7443),
+            dns: vec![kube_dns()],
+        },
+    ]
+}
+
+/// The policies as the reconciler renders them for `shape` (its `render`, fed its EndpointSlice), plus the
+/// manager's shipped policy.
+fn rendered_for(shape: &Shape) -> Vec<Value> {
+    use btp_manager::reconciler::network_policies as np;
+    let loaded = np::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("manager-resources")).unwrap();
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice =
+        serde_json::from_value(shape.api_slice.clone()).unwrap();
+    let mut all = np::render(&loaded, &np::api_server_ports([&slice]));
+    all.extend(read_all("deploy").into_iter().filter(|o| o["kind"] == "NetworkPolicy"));
+    all
+}
+
+fn both_pods() -> Vec<(String, Pod)> {
+    let mut pods = vec![("the manager".to_string(), manager_pod())];
+    pods.extend(
+        operand_pods()
+            .into_iter()
+            .map(|(what, pod)| (format!("the operand {what}"), pod)),
+    );
+    pods
+}
+
+fn api_destination(shape: &Shape) -> Destination {
+    let address = shape.api_slice["endpoints"][0]["addresses"][0]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let port = u16::try_from(shape.api_slice["ports"][0]["port"].as_u64().unwrap()).unwrap();
+    Destination {
+        peer: Peer::External(address),
+        port,
+        protocol: "TCP",
+    }
+}
+
+#[test]
+fn on_every_cluster_shape_both_pods_reach_the_api_server_and_dns() {
+    for shape in shapes() {
+        let policies = rendered_for(&shape);
+        for (who, pod) in both_pods() {
+            let api = api_destination(&shape);
+            let (ok, isolating) = egress_admitted(&policies, &pod, &api);
+            assert!(
+                ok,
+                "{}: {who} cannot reach the API server at its endpoint port {}; isolated by {isolating:?}",
+                shape.name, api.port
+            );
+            if who.contains("installed") || who == "the manager" {
+                assert!(
+                    !isolating.is_empty(),
+                    "{}: {who} is isolated for egress: a real check",
+                    shape.name
+                );
+            }
+            for (namespace_labels, labels, port) in &shape.dns {
+                for protocol in ["UDP", "TCP"] {
+                    let dns = Destination {
+                        peer: Peer::Pod {
+                            namespace_labels: namespace_labels.clone(),
+                            labels: labels.clone(),
+                        },
+                        port: *port,
+                        protocol,
+                    };
+                    assert!(
+                        egress_admitted(&policies, &pod, &dns).0,
+                        "{}: {who} cannot reach DNS {labels:?} on {protocol} {port}",
+                        shape.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn on_every_cluster_shape_the_operand_reaches_sap_btp_and_the_webhooks_stay_reachable() {
+    for shape in shapes() {
+        let policies = rendered_for(&shape);
+        for (what, pod) in operand_pods() {
+            // Service Manager and the token endpoint: public addresses on 443.
+            for ip in [Ipv4Addr::new(52, 28, 1, 10), Ipv4Addr::new(18, 196, 2, 20)] {
+                let out = Destination {
+                    peer: Peer::External(ip),
+                    port: 443,
+                    protocol: "TCP",
+                };
+                assert!(
+                    egress_admitted(&policies, &pod, &out).0,
+                    "{}: the operand {what} cannot reach {ip}:443",
+                    shape.name
+                );
+            }
+            let port = pod.port_named("webhook-server");
+            assert!(
+                admitted(&policies, &pod, port, &api_server()).0,
+                "{}: operand webhook",
+                shape.name
+            );
+        }
+        let manager = manager_pod();
+        let port = manager.port_named("webhook");
+        assert!(
+            admitted(&policies, &manager, port, &api_server()).0,
+            "{}: manager webhook",
+            shape.name
+        );
+    }
+}
+
+#[test]
+fn without_rendering_a_6443_cluster_is_cut_off_and_7443_is_allowed_once_rendered() {
+    let shape = &shapes()[0];
+    let mut shipped = read_all("manager-resources/network-policies");
+    shipped.extend(read_all("deploy").into_iter().filter(|o| o["kind"] == "NetworkPolicy"));
+    assert!(
+        !egress_admitted(&shipped, &manager_pod(), &api_destination(shape)).0,
+        "the shipped policies alone allow only 443: the evaluator sees the cut that rendering prevents"
+    );
+    let v136 = shapes().into_iter().find(|s| s.name.starts_with("v1.36")).unwrap();
+    let rendered = rendered_for(&v136);
+    let api = rendered
+        .iter()
+        .find(|p| p["metadata"]["name"] == "kyma-project.io--btp-operator-allow-to-apiserver")
+        .unwrap();
+    assert!(
+        api["spec"]["egress"].to_string().contains("7443"),
+        "the rendered policy allows 7443: {api}"
+    );
+}
+
+#[test]
+fn the_egress_evaluator_follows_the_rules() {
+    let pod = Pod {
+        namespace: "ns".into(),
+        labels: Labels::from([("app".into(), "a".into())]),
+        ports: vec![],
+    };
+    let policy = |spec: Value| serde_json::json!({"kind": "NetworkPolicy", "metadata": {"name": "p", "namespace": "ns"}, "spec": spec});
+    let ext = |port| Destination {
+        peer: Peer::External(Ipv4Addr::new(10, 0, 0, 1)),
+        port,
+        protocol: "TCP",
+    };
+    let dns_pod = Destination {
+        peer: Peer::Pod {
+            namespace_labels: l(&[("kubernetes.io/metadata.name", "kube-system")]),
+            labels: l(&[("k8s-app", "kube-dns")]),
+        },
+        port: 53,
+        protocol: "UDP",
+    };
+    assert!(egress_admitted(&[], &pod, &ext(443)).0, "no policy: open");
+    let ingress_only = policy(serde_json::json!({"podSelector": {}, "policyTypes": ["Ingress"]}));
+    assert!(
+        egress_admitted(&[ingress_only], &pod, &ext(443)).0,
+        "an ingress policy does not isolate egress"
+    );
+    let closed = policy(serde_json::json!({"podSelector": {}, "policyTypes": ["Egress"]}));
+    assert!(!egress_admitted(&[closed], &pod, &ext(443)).0);
+    let only_443 = policy(
+        serde_json::json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": 443}]}]}),
+    );
+    assert!(egress_admitted(std::slice::from_ref(&only_443), &pod, &ext(443)).0);
+    assert!(
+        !egress_admitted(std::slice::from_ref(&only_443), &pod, &ext(6443)).0,
+        "after translation"
+    );
+    let udp = Destination {
+        protocol: "UDP",
+        ..ext(443)
+    };
+    assert!(!egress_admitted(&[only_443], &pod, &udp).0, "protocol counts");
+    let block = policy(serde_json::json!({"podSelector": {}, "policyTypes": ["Egress"],
+        "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "UDP", "port": 53}]}]}));
+    assert!(
+        !egress_admitted(&[block], &pod, &dns_pod).0,
+        "an ipBlock never matches a pod"
+    );
+    let selector = policy(serde_json::json!({"podSelector": {}, "policyTypes": ["Egress"],
+        "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                    "ports": [{"protocol": "UDP", "port": 53}]}]}));
+    assert!(egress_admitted(std::slice::from_ref(&selector), &pod, &dns_pod).0);
+    assert!(
+        !egress_admitted(&[selector], &pod, &ext(53)).0,
+        "a selector never matches an external peer"
+    );
 }

@@ -154,3 +154,58 @@ async fn a_deployment_that_never_becomes_available_is_an_error_after_the_ready_t
     );
     env.stop().await;
 }
+
+/// The ServiceInstance/ServiceBinding watches start when their CRDs appear (the first install creates
+/// them), and stop when they go: before the install, no request for them reaches the API server (a watch
+/// that retried a 404 every few seconds used to).
+#[tokio::test]
+async fn no_service_request_while_their_crds_are_absent() {
+    let env = Env::start(Config::default(), true).await;
+    let Some(server) = env.embedded() else {
+        return env.stop().await;
+    };
+    let log = server.request_log();
+    let is_service = |r: &btp_apiserver::testing::RequestRecord| {
+        r.group == names::SERVICES_GROUP && matches!(r.resource.as_str(), "serviceinstances" | "servicebindings")
+    };
+    let is_crd_watch = |r: &btp_apiserver::testing::RequestRecord, plural: &str| {
+        r.resource == "customresourcedefinitions"
+            && r.verb == "watch"
+            && r.query.contains(&format!("{plural}.services.cloud.sap.com"))
+    };
+    // The manager follows both CRDs before anything is installed.
+    eventually(Duration::from_secs(10), "the manager watches both CRDs", || {
+        let all = log.since(0);
+        let ok = ["serviceinstances", "servicebindings"]
+            .iter()
+            .all(|p| all.iter().any(|r| is_crd_watch(r, p)));
+        async move { ok }
+    })
+    .await;
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    // Installed: both watches run.
+    eventually(Duration::from_secs(10), "both deletions watches started", || {
+        let all = log.since(0);
+        let ok = ["serviceinstances", "servicebindings"]
+            .iter()
+            .all(|p| all.iter().any(|r| is_service(r) && r.resource == *p && r.code == 200));
+        async move { ok }
+    })
+    .await;
+    let all = log.since(0);
+    for plural in ["serviceinstances", "servicebindings"] {
+        let crd = format!("{plural}.services.cloud.sap.com");
+        let created = all
+            .iter()
+            .position(|r| r.resource == "customresourcedefinitions" && r.name == crd && r.changed)
+            .unwrap_or_else(|| panic!("the install wrote {crd}"));
+        let first = all.iter().position(|r| is_service(r) && r.resource == plural).unwrap();
+        assert!(
+            first > created,
+            "a {plural} request ({:?}) before its CRD existed",
+            all[first].path
+        );
+    }
+    env.stop().await;
+}

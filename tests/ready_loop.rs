@@ -4,12 +4,13 @@
 
 mod common;
 
-use btp_api::names;
+use btp_api::{names, Reason};
 use btp_manager::config::Config;
 use btp_manager::reconciler::resources::ModuleResources;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
 
@@ -293,6 +294,87 @@ async fn network_policies_follow_the_disable_annotation_and_spare_foreign_ones()
     env.stop().await;
 }
 
+/// The API server policy carries the ports of the live `default/kubernetes` EndpointSlices: read before the
+/// first apply, followed by a watch. On a real cluster the API server owns that slice: only its port is
+/// checked there.
+#[tokio::test]
+async fn the_api_server_policy_follows_the_kubernetes_endpoint_slices() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let slice = |port: u16| -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"]}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        }))
+        .unwrap()
+    };
+    let real = real_cluster().is_some();
+    let env = if real {
+        ready_env(Config::default()).await
+    } else {
+        // Before the manager starts: its first apply already allows 7443.
+        let env = Env::start(Config::default(), true).await;
+        let slices: Api<EndpointSlice> = Api::namespaced(env.client.clone(), "default");
+        slices.create(&PostParams::default(), &slice(7443)).await.unwrap();
+        env.create_secret_and_cr().await;
+        env
+    };
+    let policies: Api<NetworkPolicy> = Api::namespaced(env.client.clone(), NS);
+    let allowed = |port: u16| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .get_opt("kyma-project.io--btp-operator-allow-to-apiserver")
+                .await
+                .unwrap()
+                .and_then(|p| p.spec)
+                .and_then(|s| s.egress)
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|rule| rule.ports.iter().flatten())
+                .any(|p| p.port == Some(IntOrString::Int(i32::from(port))))
+        }
+    };
+    let slices: Api<EndpointSlice> = Api::namespaced(env.client.clone(), "default");
+    if real {
+        let live = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+            .await
+            .unwrap();
+        for port in live
+            .items
+            .iter()
+            .flat_map(|s| s.ports.iter().flatten())
+            .filter_map(|p| p.port)
+        {
+            let port = u16::try_from(port).unwrap();
+            eventually(Duration::from_secs(10), &format!("port {port} allowed"), || {
+                allowed(port)
+            })
+            .await;
+        }
+        env.stop().await;
+        return;
+    }
+    eventually(Duration::from_secs(10), "7443 allowed", || allowed(7443)).await;
+    slices
+        .patch(
+            "kubernetes",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]})),
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "6443 allowed, 7443 no longer", || async {
+        allowed(6443).await && !allowed(7443).await
+    })
+    .await;
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn the_legacy_network_policy_is_deleted() {
     use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -341,4 +423,136 @@ async fn managed_versions(env: &Env) -> Vec<(String, String)> {
     assert!(out.len() > 14, "the managed objects were found: {out:?}");
     out.sort();
     out
+}
+
+/// A `--resources-path` whose manifests hold kinds outside the built-in table: a `PodDisruptionBudget`
+/// (policy/v1) and a cluster-scoped custom resource whose plural no rule guesses (`Mouse`/`mice`, its CRD in
+/// the same manifests). Scope and resource name come from discovery (and the CRD): both are applied, and
+/// removed when the CR is deleted.
+#[tokio::test]
+async fn kinds_outside_the_built_in_table_are_applied_and_removed_by_discovery() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let dir = std::env::temp_dir().join(format!("btp-kinds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("module-resources");
+    for sub in ["apply", "delete"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        for entry in std::fs::read_dir(source.join(sub)).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.join(sub).join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::copy(source.join("chart-version"), dir.join("chart-version")).unwrap();
+    std::fs::write(
+        dir.join("apply/zz-extra-kinds.yml"),
+        r#"apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: sap-btp-operator-pdb
+  namespace: kyma-system
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: sap-btp-operator
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: mice.example.com
+spec:
+  group: example.com
+  scope: Cluster
+  names: {kind: Mouse, plural: mice, singular: mouse, listKind: MouseList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: example.com/v1
+kind: Mouse
+metadata:
+  name: jerry
+"#,
+    )
+    .unwrap();
+    let module = btp_manager::reconciler::resources::load(&dir).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(module
+        .sources
+        .contains_key(&("policy/v1".to_string(), "PodDisruptionBudget".to_string())));
+
+    let env = ready_env(Config::default()).await;
+    // As a runtime ConfigMap naming another resources path would (the term's settings).
+    env.ctx.set_settings(btp_manager::config::Settings {
+        module: std::sync::Arc::new(module),
+        ..(*env.ctx.settings()).clone()
+    });
+    reconcile_now(&env).await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        NS,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget")),
+    );
+    let mice: Api<DynamicObject> = Api::all_with(
+        env.client.clone(),
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Mouse"), "mice"),
+    );
+    assert!(
+        pdbs.get_opt("sap-btp-operator-pdb").await.unwrap().is_some(),
+        "PDB applied"
+    );
+    let jerry = mice
+        .get_opt("jerry")
+        .await
+        .unwrap()
+        .expect("the Mouse applied, cluster-scoped");
+    assert_eq!(jerry.metadata.namespace, None);
+
+    env.delete_cr().await;
+    env.wait_cr_gone(20).await;
+    assert!(
+        pdbs.get_opt("sap-btp-operator-pdb").await.unwrap().is_none(),
+        "PDB removed"
+    );
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(env.client.clone());
+    eventually(Duration::from_secs(10), "the Mouse CRD removed", || async {
+        crds.get_opt("mice.example.com").await.unwrap().is_none()
+    })
+    .await;
+    env.stop().await;
+}
+
+/// A kind that neither the API server nor the manifests' CRDs define is an error naming the kind and the
+/// file it came from, and nothing is applied.
+#[tokio::test]
+async fn an_unknown_kind_fails_naming_the_kind_and_its_file() {
+    let env = ready_env(Config::default()).await;
+    let mut module = (*env.ctx.settings().module).clone();
+    module.apply.push(serde_json::json!({
+        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": NS}
+    }));
+    module.sources.insert(
+        ("example.com/v1".to_string(), "Widget".to_string()),
+        "module-resources/apply/widget.yml".to_string(),
+    );
+    env.ctx.set_settings(btp_manager::config::Settings {
+        module: std::sync::Arc::new(module),
+        ..(*env.ctx.settings()).clone()
+    });
+    env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "reconcile"}}}))
+        .await;
+    let cr = env.wait_cr(Reason::ProvisioningFailed, 10).await;
+    let message = &cr.status.unwrap().conditions[0].message;
+    assert!(
+        message.contains("Widget") && message.contains("example.com/v1") && message.contains("widget.yml"),
+        "{message}"
+    );
+    env.stop().await;
 }

@@ -117,6 +117,9 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
     let chart = dir.join("new-chart");
     common::copy_chart(&chart);
     std::fs::write(chart.join("chart-version"), format!("{NEW_CHART}\n")).unwrap();
+    // Side by side from b's start: the window covers b's start, the CR's provisioning and the quiet after.
+    let side_by_side = log.len();
+    let b_started = std::time::Instant::now();
     let b = Replica::start("b", &kubeconfig, &dir, &args(&chart, &[]));
     eventually(
         Duration::from_secs(30),
@@ -130,10 +133,8 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
         .expect("the valid CR is admitted");
     eventually(Duration::from_secs(30), "the CR is Ready", || cr_ready(&crs)).await;
 
-    // Side by side with a leading.
-    let start = log.len();
-    tokio::time::sleep(WINDOW).await;
-    let window = writes(&log, start);
+    tokio::time::sleep(WINDOW.saturating_sub(b_started.elapsed())).await;
+    let window = writes(&log, side_by_side);
     let by_a = shared_writes(&window, &a);
     assert!(
         by_a.0 <= 3 && by_a.1 <= 3 && by_a.2 <= 3,
@@ -156,6 +157,7 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
     );
 
     // Pause the leader past its Lease with a trigger queued: an operand object it would restore.
+    let paused = log.len();
     a.signal("-STOP");
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     configmaps
@@ -187,14 +189,18 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
 
     // Side by side with b leading: b converges the stored state to its settings in a few writes.
     tokio::time::sleep(WINDOW).await;
-    let after = writes(&log, resumed);
-    let from_a: Vec<_> = after.iter().filter(|r| a.sent(&r.user_agent)).collect();
+    let from_a: Vec<_> = writes(&log, resumed)
+        .into_iter()
+        .filter(|r| a.sent(&r.user_agent))
+        .collect();
     assert!(
         from_a.is_empty(),
         "the resumed replica sends no write before it leads again: {from_a:#?}\n--- a:\n{}",
         a.logs()
     );
     assert_eq!(holder(&client).await, "b", "b still leads");
+    // From the pause on: b's takeover, its convergence and the quiet after.
+    let after = writes(&log, paused);
     let by_b = shared_writes(&after, &b);
     assert!(
         by_b.0 <= 3 && by_b.1 <= 3 && by_b.2 <= 3,
@@ -228,8 +234,8 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
     assert!(a.ready().await, "a serves the certificate b issued:\n{}", a.logs());
     assert!(cr_ready(&crs).await, "the CR stays Ready");
     println!(
-        "rollout: a (leader) wrote {:?} (Secret, validating, mutating) in {WINDOW:?}, b none; after a's pause \
-         b wrote {by_b:?}, a none",
+        "rollout: a (leader) wrote {:?} (Secret, validating, mutating) in the {WINDOW:?} from b's start, b none; \
+         from a's pause: b wrote {by_b:?}, a none after it resumed",
         by_a
     );
     drop((a, b));

@@ -6,7 +6,9 @@
 //!    early and succeeded (the credentials Secret, and the operand Deployment turning Available);
 //! 2. the error backoff of one leadership term gated the next;
 //! 3. a failed read of the credentials Secret was reported as the user's `InvalidSecret`;
-//! 4. two retry layers let one call (and a shutdown) wait minutes on a `Retry-After`.
+//! 4. two retry layers let one call (and a shutdown) wait minutes on a `Retry-After`;
+//! 5. a change someone else made while a failed pass waited for its retry waited with it (only the echoes of
+//!    the manager's own writes need holding back).
 //!
 //! Embedded API server only: they need its fault injection, scoped to the manager's user so that the test's
 //! own requests are not disturbed.
@@ -197,6 +199,72 @@ async fn the_deployment_turning_available_during_an_early_pass_is_not_lost() {
     .await;
     // ... and the Deployment's change, which came while it ran, brings the CR to Ready.
     env.wait_cr(Reason::ReconcileSucceeded, 10).await;
+    env.stop().await;
+}
+
+/// 5. Only our own echoes wait for the backoff: six failed passes (the next retry about 64 s away), then a
+///    person changes the credentials Secret's `cluster_id`. A pass runs at once and the operand ConfigMap
+///    follows within seconds, long before the retry is due.
+#[tokio::test]
+async fn a_persons_secret_change_during_the_backoff_brings_a_pass_at_once() {
+    let env = Env::start_with(Config::default(), true, options(true)).await;
+    let Some(server) = env.embedded() else {
+        return env.stop().await;
+    };
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    fail_passes(&env, server, 6).await;
+    server.faults().clear();
+    assert!(env.ctx.backing_off(), "the retry is tens of seconds away");
+    let retry_in = env.ctx.retry_in();
+    assert!(retry_in > Duration::from_secs(30), "{retry_in:?}");
+    let passes = env.ctx.passes();
+    env.patch_secret(serde_json::json!({"stringData": {"cluster_id": "cluster-2"}}))
+        .await;
+    // Well within the backoff: only a pass brought by the change itself can do it.
+    eventually(
+        Duration::from_secs(5),
+        "the operand ConfigMap follows the new cluster_id before the retry",
+        || async { operand_cluster_id(&env).await.as_deref() == Some("cluster-2") },
+    )
+    .await;
+    assert!(env.ctx.passes() > passes);
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
+    env.stop().await;
+}
+
+/// 5, second variant: a person deletes one of the operand's objects (its metrics Service) during the
+///    backoff: it is back within seconds, and the pass that restored it (failing again on the CR's
+///    annotation) leaves the backoff in place.
+#[tokio::test]
+async fn a_persons_edit_of_an_operand_object_during_the_backoff_brings_a_pass_at_once() {
+    let env = Env::start_with(Config::default(), true, options(true)).await;
+    let Some(server) = env.embedded() else {
+        return env.stop().await;
+    };
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    fail_passes(&env, server, 6).await;
+    assert!(env.ctx.backing_off(), "the retry is tens of seconds away");
+    let failures = env.ctx.consecutive_failures();
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
+    services
+        .delete(METRICS_SERVICE, &Default::default())
+        .await
+        .expect("delete the metrics Service");
+    // The pass it brings restores the Service, then fails again on the CR's annotation (still refused).
+    eventually(
+        Duration::from_secs(5),
+        "the metrics Service is back before the retry",
+        || async { services.get_opt(METRICS_SERVICE).await.unwrap().is_some() },
+    )
+    .await;
+    eventually(Duration::from_secs(5), "that pass failed", || async {
+        env.ctx.consecutive_failures() > failures
+    })
+    .await;
+    assert!(env.ctx.backing_off(), "the failed pass set a new retry");
+    server.faults().clear();
     env.stop().await;
 }
 

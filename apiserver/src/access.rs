@@ -362,6 +362,8 @@ pub(crate) fn bootstrap_cluster_roles(st: &State) {
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ro},
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ro},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ro},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ro},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets", "poddisruptionbudgets/status"], "verbs": ro},
     ]);
     let edit_rules = serde_json::json!([
         {"apiGroups": [""], "resources": core, "verbs": rw},
@@ -371,6 +373,8 @@ pub(crate) fn bootstrap_cluster_roles(st: &State) {
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": rw},
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": rw},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": rw},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ro},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": rw},
     ]);
     let mut admin_rules = edit_rules.clone();
     if let Some(a) = admin_rules.as_array_mut() {

@@ -186,6 +186,16 @@ fn builtin_list() -> Vec<ResourceDef> {
             false,
         ),
         builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
+        // `default/kubernetes`'s slices name the API server's endpoint port (the network policies follow it).
+        builtin(
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            "EndpointSlice",
+            true,
+            &[],
+            false,
+        ),
         // Create only: answered from RBAC, never stored (`access::review`).
         builtin(
             "authorization.k8s.io",

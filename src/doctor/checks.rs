@@ -379,6 +379,33 @@ pub fn network_policies(found: usize, expected: usize, disabled: bool) -> Check 
     }
 }
 
+/// Egress from the manager's pod to the API server under the chart namespace's NetworkPolicies: `blocked`
+/// is what [`super::egress::blocked`] found.
+pub fn api_server_egress(blocked: &[(super::egress::Endpoint, Vec<String>)], endpoints: usize) -> Check {
+    if blocked.is_empty() {
+        return Check::pass(
+            "apiserver-egress",
+            format!("the network policies let the manager reach the API server ({endpoints} endpoint(s))"),
+        );
+    }
+    let ports: std::collections::BTreeSet<u16> = blocked.iter().map(|(e, _)| e.port).collect();
+    let policies: std::collections::BTreeSet<&str> = blocked
+        .iter()
+        .flat_map(|(_, names)| names.iter().map(String::as_str))
+        .collect();
+    Check::fail(
+        "apiserver-egress",
+        format!(
+            "the network policies {} cut the manager off the API server's endpoint port(s) {} (the \
+             default/kubernetes EndpointSlices): a CNI that enforces NetworkPolicies drops its requests",
+            policies.into_iter().collect::<Vec<_>>().join(", "),
+            ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", "),
+        ),
+        "allow egress to those ports (the policies the manager installs do: a reconcile re-applies them), or \
+         remove the policy that isolates the manager's pod",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::report::Verdict;

@@ -4,6 +4,7 @@
 //! [`checks`], the reads in [`observe`], the output in [`report`], where to look in [`target`].
 
 pub mod checks;
+pub mod egress;
 pub mod observe;
 pub mod report;
 pub mod target;

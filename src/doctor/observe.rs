@@ -31,6 +31,9 @@ pub fn needed_permissions(namespace: &str) -> Vec<Permission> {
         let scope = match (kind, name) {
             ("ClusterRole", "btp-manager-manager-role") => String::new(),
             ("Role", "btp-manager-leader-election-role") => namespace.to_string(),
+            ("Role", "btp-manager-api-server-endpoints-role") => {
+                crate::reconciler::network_policies::API_SERVER_SLICES_NAMESPACE.to_string()
+            }
             _ => continue,
         };
         let strings = |v: &serde_json::Value| -> Vec<String> {
@@ -173,11 +176,17 @@ async fn rbac(client: &kube::Client, target: &Target) -> Check {
 
 async fn manager_workload(client: &kube::Client, ns: &str) -> Vec<Check> {
     const DEPLOYMENT: &str = "btp-manager-controller-manager";
+    let mut pod_labels = None;
     let deployment = match Api::<Deployment>::namespaced(client.clone(), ns)
         .get_opt(DEPLOYMENT)
         .await
     {
         Ok(d) => {
+            pod_labels = d
+                .as_ref()
+                .and_then(|d| d.spec.as_ref())
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.labels.clone());
             let desired = d
                 .as_ref()
                 .and_then(|d| d.spec.as_ref())
@@ -219,7 +228,39 @@ async fn manager_workload(client: &kube::Client, ns: &str) -> Vec<Check> {
         }
         Err(e) => read_failed("leader", "the leader-election Lease", &e),
     };
-    vec![deployment, lease]
+    let mut out = vec![deployment, lease];
+    if let Some(labels) = pod_labels {
+        out.push(api_server_egress(client, ns, &labels).await);
+    }
+    out
+}
+
+fn values<T: serde::Serialize>(items: Vec<T>) -> Vec<serde_json::Value> {
+    items.into_iter().filter_map(|i| serde_json::to_value(i).ok()).collect()
+}
+
+/// Whether the chart namespace's NetworkPolicies let the manager's pod (labelled `labels`) reach the API
+/// server's endpoints.
+async fn api_server_egress(client: &kube::Client, ns: &str, labels: &BTreeMap<String, String>) -> Check {
+    use crate::reconciler::network_policies::{API_SERVER_SLICES_NAMESPACE, API_SERVER_SLICES_SELECTOR};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let policies = match Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => return read_failed("apiserver-egress", "the network policies", &e),
+    };
+    let slices = match Api::<EndpointSlice>::namespaced(client.clone(), API_SERVER_SLICES_NAMESPACE)
+        .list(&ListParams::default().labels(API_SERVER_SLICES_SELECTOR))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => return read_failed("apiserver-egress", "the default/kubernetes EndpointSlices", &e),
+    };
+    let endpoints = super::egress::endpoints(&values(slices));
+    let blocked = super::egress::blocked(&values(policies), labels, &endpoints);
+    checks::api_server_egress(&blocked, endpoints.len())
 }
 
 /// The caBundle of every webhook of the two configurations named (missing configurations are left out).

@@ -139,6 +139,9 @@ pub fn trust(stored: Option<&str>, direct: Option<Option<&str>>) -> Trust {
     }
 }
 
+/// The resourceVersion recorded for a write in flight: no object has it (resourceVersions are never empty).
+const IN_FLIGHT: &str = "";
+
 /// One kind's store and what its watch sees.
 struct Watched {
     api_version: &'static str,
@@ -184,14 +187,26 @@ fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<Key, Option<Stri
 /// directly, the store has now caught up with it, and whatever the store shows from here on is as new or
 /// newer (a watch delivers one object's changes in order). This is what lets a store that shows a later
 /// change of someone else's (the Deployment controller's status right after our apply) answer again.
-fn seen_in_watch(pending: &Pending, key: &Key, resource_version: Option<&str>) {
-    {
+///
+/// Returns whether the change echoes this process's own write or delete ([`Cause::Ours`](super::gate::Cause)):
+/// the version it wrote, or any version while that write has not been delivered yet (the API server may
+/// store an intermediate version before it answers, such as a CRD's create just before it is established).
+/// Only those are held back while a failed pass waits for its retry.
+fn seen_in_watch(pending: &Pending, key: &Key, resource_version: Option<&str>) -> super::gate::Cause {
+    let echo = {
         let mut seen = lock(pending);
-        if seen.get(key).is_some_and(|seen| seen.as_deref() == resource_version) {
+        let pending_here = seen.get(key).map(|seen| seen.as_deref() == resource_version);
+        if pending_here == Some(true) {
             seen.remove(key);
         }
-    }
+        pending_here.is_some()
+    };
     pending.changed.notify_waiters();
+    if echo {
+        super::gate::Cause::Ours
+    } else {
+        super::gate::Cause::Theirs
+    }
 }
 
 /// Whether `store` has finished its first list (a store answers only from then on).
@@ -314,8 +329,52 @@ impl Caches {
 
     /// Remember what this process saw of `key` directly: a write's answer (its resourceVersion), a delete
     /// (None), or a read of the API server made while a store lagged.
+    /// When a store already shows exactly that (its watch delivered our write before the answer came),
+    /// nothing is pending: an entry left here would never clear, and would take every later change of the
+    /// object for an echo of ours.
     pub fn saw(&self, key: Key, resource_version: Option<String>) {
-        self.direct().insert(key, resource_version);
+        if self.shown(&key, resource_version.as_deref()) {
+            self.direct().remove(&key);
+        } else {
+            self.direct().insert(key, resource_version);
+        }
+    }
+
+    /// Whether the store of `key`'s kind, listed, shows it at `resource_version` (None: absent).
+    fn shown(&self, key: &Key, resource_version: Option<&str>) -> bool {
+        let (kind, namespace, name) = key;
+        let Some(watched) = self
+            .objects
+            .iter()
+            .find(|w| w.kind == kind && w.namespace.is_some() == namespace.is_some())
+        else {
+            return false;
+        };
+        if !listed(&watched.store) || (watched.namespace.is_some() && watched.namespace != *namespace) {
+            return false;
+        }
+        let mut object = ObjectRef::new_with(name, watched.resource.clone());
+        if let Some(ns) = namespace {
+            object = object.within(ns);
+        }
+        let stored = watched.store.get(&object);
+        stored.as_deref().and_then(version) == resource_version
+    }
+
+    /// This process is about to write `key`: until the write's answer is recorded ([`Caches::saw`]), every
+    /// version a watch delivers of it is an echo of ours (the watch may deliver the write before its answer
+    /// arrives), and reads of it go to the API server. [`Caches::write_failed`] undoes it.
+    pub fn writing(&self, key: Key) {
+        self.direct().insert(key, Some(IN_FLIGHT.to_string()));
+    }
+
+    /// The write announced with [`Caches::writing`] failed: nothing of ours is pending for `key` any more
+    /// (unless something else was recorded meanwhile).
+    pub fn write_failed(&self, key: &Key) {
+        let mut direct = self.direct();
+        if direct.get(key).is_some_and(|v| v.as_deref() == Some(IN_FLIGHT)) {
+            direct.remove(key);
+        }
     }
 
     /// Every object of `kind` the store holds was deleted (by a delete of the collection): until the store
@@ -341,6 +400,12 @@ impl Caches {
         }
     }
 
+    /// A watch outside these stores (the credentials Secret's) delivered `key` at `resource_version`: whether
+    /// it echoes a write of this process recorded with [`Caches::saw`] (the entry is then cleared).
+    pub fn echo(&self, key: &Key, resource_version: Option<&str>) -> super::gate::Cause {
+        seen_in_watch(&self.direct, key, resource_version)
+    }
+
     /// Like [`Caches::saw`] for a read, only when something is pending for `key` (a read of an object no
     /// write of ours touched leaves nothing to wait for).
     pub fn read_again(&self, key: &Key, resource_version: Option<String>) {
@@ -350,15 +415,29 @@ impl Caches {
     }
 }
 
+/// Who caused a change a watch delivered: ours when it echoes our own write (`echo`), and also when the
+/// object has a generation that the change left as it was (`before` → `now`): a status or metadata-only
+/// update, the work of a controller following our write (the Deployment controller's status, the CRD's
+/// conditions), which a person fixing something does not make. Anything else is someone else's. Pure.
+pub fn cause_of_change(echo: super::gate::Cause, before: Option<i64>, now: Option<i64>) -> super::gate::Cause {
+    use super::gate::Cause;
+    match (echo, before, now) {
+        (Cause::Ours, _, _) => Cause::Ours,
+        (_, Some(before), Some(now)) if before == now => Cause::Ours,
+        _ => Cause::Theirs,
+    }
+}
+
 /// A store and its watch for `api` seen through `config`; the stream yields once per change the store
-/// takes (for triggers).
+/// takes (for triggers), with its cause: an echo of our own write, or not. A relist cannot tell (it
+/// reports what changed while the watch was down, ours or not): it counts as ours.
 fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
     (kind, namespaced): (&'static str, bool),
     pending: Pending,
-) -> impl Stream<Item = ()> + Send + 'static
+) -> impl Stream<Item = super::gate::Cause> + Send + 'static
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
@@ -368,6 +447,8 @@ where
         let namespace = meta.namespace.clone().filter(|_| namespaced);
         (kind.to_string(), namespace, meta.name.clone().unwrap_or_default())
     };
+    // The generation each object was last seen at (see [`cause_of_change`]).
+    let mut generations: HashMap<Key, i64> = HashMap::new();
     watcher::watcher(api, config)
         .backoff(crate::watch_backoff::WatchBackoff::default())
         .reflect(writer)
@@ -376,15 +457,27 @@ where
                 // Not an `InitApply`: a relist's objects reach the store only at its `InitDone`, and until
                 // then the store still shows what it had (the pending entry clears when it shows the same).
                 Ok(watcher::Event::Apply(o)) => {
-                    seen_in_watch(&pending, &key(&o), version(&o));
-                    Some(())
+                    let k = key(&o);
+                    let echo = seen_in_watch(&pending, &k, version(&o));
+                    let generation = o.meta().generation;
+                    let before = match generation {
+                        Some(g) => generations.insert(k, g),
+                        None => generations.remove(&k),
+                    };
+                    Some(cause_of_change(echo, before, generation))
                 }
-                Ok(watcher::Event::InitApply(_)) => None,
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let Some(g) = o.meta().generation {
+                        generations.insert(key(&o), g);
+                    }
+                    None
+                }
                 Ok(watcher::Event::Delete(o)) => {
-                    seen_in_watch(&pending, &key(&o), None);
-                    Some(())
+                    let k = key(&o);
+                    generations.remove(&k);
+                    Some(seen_in_watch(&pending, &k, None))
                 }
-                Ok(watcher::Event::InitDone) => Some(()),
+                Ok(watcher::Event::InitDone) => Some(super::gate::Cause::Ours),
                 Ok(watcher::Event::Init) => None,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "cache watch");
@@ -395,14 +488,14 @@ where
 }
 
 /// The stores of a term, for a manager whose chart namespace is `namespace`: the caches, a stream that
-/// yields once per change of a module object (the controller's trigger), and a future that keeps the
+/// yields once per change of a module object, with its cause (the controller's trigger), and a future that keeps the
 /// cluster-ID Secret and pod stores (run it beside).
 pub fn start(
     client: &kube::Client,
     namespace: &str,
 ) -> (
     std::sync::Arc<Caches>,
-    impl Stream<Item = ()> + Send + 'static,
+    impl Stream<Item = super::gate::Cause> + Send + 'static,
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let labelled = format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY_BTP_MANAGER);
@@ -469,8 +562,8 @@ pub fn start(
     });
     let keep = async move {
         futures::join!(
-            clusterid_watch.for_each(|()| async {}),
-            pods_watch.for_each(|()| async {})
+            clusterid_watch.for_each(|_| async {}),
+            pods_watch.for_each(|_| async {})
         );
     };
     (caches, futures::stream::select_all(triggers), keep)
@@ -654,6 +747,72 @@ mod tests {
         f.caches.saw(k.clone(), None);
         seen_in_watch(&f.caches.direct, &k, None);
         assert!(f.caches.direct().is_empty());
+    }
+
+    #[test]
+    fn a_change_that_leaves_the_generation_is_a_controllers_and_counts_as_ours() {
+        use crate::reconciler::gate::Cause;
+        assert_eq!(cause_of_change(Cause::Ours, None, None), Cause::Ours);
+        assert_eq!(
+            cause_of_change(Cause::Theirs, Some(3), Some(3)),
+            Cause::Ours,
+            "status only"
+        );
+        assert_eq!(
+            cause_of_change(Cause::Theirs, Some(3), Some(4)),
+            Cause::Theirs,
+            "a spec edit"
+        );
+        assert_eq!(
+            cause_of_change(Cause::Theirs, None, Some(1)),
+            Cause::Theirs,
+            "created by someone"
+        );
+        assert_eq!(
+            cause_of_change(Cause::Theirs, None, None),
+            Cause::Theirs,
+            "a kind without generation"
+        );
+    }
+
+    #[test]
+    fn a_write_the_store_already_shows_leaves_nothing_pending() {
+        use crate::reconciler::gate::Cause;
+        let mut f = fed();
+        let resource = f.caches.objects[0].resource.clone();
+        listed(&mut f.secrets, vec![]);
+        let k = key("Secret", "ca-server-cert");
+        f.caches.writing(k.clone());
+        // The watch delivers the write before its answer is recorded.
+        f.secrets
+            .apply_watcher_event(&Event::Apply(object(&resource, "ca-server-cert", "5")));
+        assert_eq!(f.caches.echo(&k, Some("5")), Cause::Ours, "in flight");
+        f.caches.saw(k.clone(), Some("5".into()));
+        assert!(f.caches.direct().is_empty(), "the store shows it: nothing pending");
+        assert_eq!(
+            f.caches.echo(&k, Some("6")),
+            Cause::Theirs,
+            "a later change is someone else's"
+        );
+    }
+
+    #[test]
+    fn only_the_echo_of_our_own_write_or_delete_counts_as_ours() {
+        use crate::reconciler::gate::Cause;
+        let f = fed();
+        let k = key("Secret", "sap-btp-service-operator");
+        assert_eq!(f.caches.echo(&k, Some("3")), Cause::Theirs, "nothing of ours pending");
+        f.caches.saw(k.clone(), Some("5".into()));
+        assert_eq!(
+            f.caches.echo(&k, Some("4")),
+            Cause::Ours,
+            "another version while our write is not delivered yet"
+        );
+        assert_eq!(f.caches.echo(&k, Some("5")), Cause::Ours, "the echo of our write");
+        assert_eq!(f.caches.echo(&k, Some("5")), Cause::Theirs, "an echo counts once");
+        f.caches.saw(k.clone(), None);
+        assert_eq!(f.caches.echo(&k, None), Cause::Ours, "the echo of our delete");
+        assert_eq!(f.caches.echo(&k, None), Cause::Theirs);
     }
 
     #[tokio::test]

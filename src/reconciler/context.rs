@@ -65,6 +65,11 @@ struct Term {
     caches: RwLock<Option<Arc<super::cache::Caches>>>,
     /// What passes hand the credentials check, and its verdicts ([`crate::credentials_check`]).
     credentials_check: Arc<crate::credentials_check::Exchange>,
+    /// The `default/kubernetes` EndpointSlices (the API server's ports the network policies allow), kept
+    /// by a watch that `controller::run` starts.
+    api_server_slices: RwLock<Option<Store<k8s_openapi::api::discovery::v1::EndpointSlice>>>,
+    /// The module-resource kinds resolved by discovery in this term ([`super::kinds`]).
+    kinds: RwLock<Arc<super::kinds::Kinds>>,
 }
 
 impl Term {
@@ -79,6 +84,8 @@ impl Term {
             required_secret: RwLock::new(None),
             caches: RwLock::new(None),
             credentials_check: Arc::default(),
+            api_server_slices: RwLock::new(None),
+            kinds: RwLock::new(Arc::default()),
         }
     }
 }
@@ -174,6 +181,28 @@ impl Context {
     /// This term's caches, once started (a pass without them reads from the API server).
     pub fn caches(&self) -> Option<Arc<super::cache::Caches>> {
         read(&self.term().caches)
+    }
+
+    /// The kinds resolved in this term so far (empty at its start: the built-in table answers).
+    pub fn kinds(&self) -> Arc<super::kinds::Kinds> {
+        read(&self.term().kinds)
+    }
+
+    /// Remember `kinds` for the rest of the term.
+    pub fn set_kinds(&self, kinds: Arc<super::kinds::Kinds>) {
+        write(&self.term().kinds, kinds);
+    }
+
+    /// Keep the API server's EndpointSlices in `store` from now on (see [`Context::api_server_slices`]).
+    pub fn set_api_server_slices(&self, store: Store<k8s_openapi::api::discovery::v1::EndpointSlice>) {
+        write(&self.term().api_server_slices, Some(store));
+    }
+
+    /// The API server's EndpointSlices' store once its first list has completed; None before (the caller
+    /// lists them itself).
+    pub fn api_server_slices(&self) -> Option<Store<k8s_openapi::api::discovery::v1::EndpointSlice>> {
+        let store = read(&self.term().api_server_slices)?;
+        super::cache::listed(&store).then_some(store)
     }
 
     /// Keep the operand Secrets in `store` from now on (see [`Context::operand_secrets`]).
@@ -281,10 +310,11 @@ impl Context {
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()))
     }
 
-    /// A trigger from a secondary watch: true to pass it on, false when a failed pass waits for its retry
-    /// (the trigger is then deferred, never dropped: see [`Gate`]).
-    pub fn admit_trigger(&self) -> bool {
-        clock(&self.term().gate).admit(Instant::now())
+    /// A trigger from a secondary watch, caused as `cause`: true to pass it on, false when it echoes our own
+    /// write while a failed pass waits for its retry (the trigger is then deferred, never dropped: see
+    /// [`Gate`]).
+    pub fn admit_trigger(&self, cause: super::gate::Cause) -> bool {
+        clock(&self.term().gate).admit(Instant::now(), cause)
     }
 
     /// Whether a failed reconcile waits for its retry.

@@ -3,6 +3,7 @@
 
 use super::context::Context;
 use super::error::ReconcileError;
+use super::gate::Cause;
 use crate::config::{self, Config, Settings};
 use crate::tasks::BoxedFuture;
 use crate::watch_backoff::WatchBackoff;
@@ -101,8 +102,9 @@ fn settings_changes(
     })
 }
 
-/// A reconcile of the CR for every new verdict of the credentials check (deferred, never dropped, while a
-/// failed pass waits for its retry: [`super::gate::Gate`]).
+/// A reconcile of the CR for every new verdict of the credentials check. A verdict is the manager's own
+/// doing ([`Cause::Ours`]): deferred, never dropped, while a failed pass waits for its retry
+/// ([`super::gate::Gate`]); the Secret change behind it already brought a pass.
 fn verdict_changes(
     ctx: &Arc<Context>,
     verdicts: watch::Receiver<Option<crate::credentials_check::Verdict>>,
@@ -112,7 +114,7 @@ fn verdict_changes(
         verdicts.changed().await.ok()?;
         Some(((), verdicts))
     })
-    .filter_map(move |()| std::future::ready(wake(())))
+    .filter_map(move |()| std::future::ready(wake(Cause::Ours)))
 }
 
 /// Keep the context's store of operand Secrets (metadata only, only ours, in every namespace) current,
@@ -137,11 +139,129 @@ async fn keep_operand_secrets(ctx: Arc<Context>) {
         .await;
 }
 
+/// The `default/kubernetes` EndpointSlices, kept in the context's store (passes read their ports from it),
+/// as triggers: every change of them brings the CR back.
+fn api_server_slices(ctx: &Arc<Context>) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
+    use crate::reconciler::network_policies::{API_SERVER_SLICES_NAMESPACE, API_SERVER_SLICES_SELECTOR};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let (store, writer) = kube::runtime::reflector::store();
+    ctx.set_api_server_slices(store);
+    let wake = waker(ctx);
+    watcher::watcher(
+        Api::<EndpointSlice>::namespaced(ctx.client.clone(), API_SERVER_SLICES_NAMESPACE),
+        watcher::Config::default().labels(API_SERVER_SLICES_SELECTOR),
+    )
+    .backoff(WatchBackoff::default())
+    .reflect(writer)
+    .touched_objects()
+    .filter_map(move |slice| {
+        std::future::ready(match slice {
+            // The API server's own: the manager never writes them.
+            Ok(_) => wake(Cause::Theirs),
+            Err(e) => {
+                tracing::debug!(error = %e, "API server EndpointSlices watch");
+                None
+            }
+        })
+    })
+}
+
 /// Deletions of `kind` (ServiceInstance or ServiceBinding), as triggers while the CR is being deleted.
 /// Metadata only, and nothing is stored: 10,000 of them cost a few pages of listing, not memory. After every
-/// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The CRDs come
-/// with the operand, so the watch retries quickly ([`WatchBackoff`]) until they exist.
+/// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The watch runs
+/// only while the kind's CRD exists (a watch on that CRD starts and stops it, [`CrdPresence`]): no request
+/// goes to a resource the API server does not serve.
 fn service_deletions(
+    ctx: Arc<Context>,
+    kind: &'static str,
+) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let follower = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_services_crd(ctx, kind, tx)));
+    // The follower (and the deletions watch it runs) ends with this stream.
+    futures::stream::unfold((rx, follower), |(mut rx, follower)| async move {
+        rx.recv().await.map(|cr| (cr, (rx, follower)))
+    })
+}
+
+/// Whether a CRD exists, from the events of a watch on it by name. Pure.
+#[derive(Debug, Default)]
+pub struct CrdPresence {
+    present: bool,
+    listing: Option<bool>,
+}
+
+impl CrdPresence {
+    /// The presence after `event`, when it changed.
+    pub fn on<K>(&mut self, event: &watcher::Event<K>) -> Option<bool> {
+        let next = match event {
+            watcher::Event::Init => {
+                self.listing = Some(false);
+                return None;
+            }
+            watcher::Event::InitApply(_) => {
+                self.listing = Some(true);
+                return None;
+            }
+            watcher::Event::InitDone => self.listing.take().unwrap_or(false),
+            watcher::Event::Apply(_) => true,
+            watcher::Event::Delete(_) => false,
+        };
+        (next != self.present).then(|| {
+            self.present = next;
+            next
+        })
+    }
+}
+
+/// Follow the CRD of `kind`: while it exists, run the watch of `kind`'s deletions, sending its triggers to
+/// `tx`; when it goes, stop it.
+async fn follow_services_crd(
+    ctx: Arc<Context>,
+    kind: &'static str,
+    tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let resource = super::cluster::services_resource(kind);
+    let crd = format!("{}.{}", resource.plural, resource.group);
+    let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(ctx.client.clone());
+    let mut events = watcher::watcher(api, watcher::Config::default().fields(&format!("metadata.name={crd}")))
+        .backoff(WatchBackoff::default())
+        .boxed();
+    let mut presence = CrdPresence::default();
+    let mut deletions: Option<crate::tasks::AbortOnDrop<()>> = None;
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::debug!(error = %e, crd, "services CRD watch");
+                continue;
+            }
+        };
+        match presence.on(&event) {
+            Some(true) => {
+                tracing::debug!(crd, "CRD present: watching deletions");
+                let (ctx, tx) = (ctx.clone(), tx.clone());
+                deletions = Some(crate::tasks::AbortOnDrop::new(tokio::spawn(async move {
+                    let mut wakes = std::pin::pin!(watch_deletions(ctx, kind));
+                    while let Some(cr) = wakes.next().await {
+                        if tx.send(cr).is_err() {
+                            return;
+                        }
+                    }
+                })));
+            }
+            Some(false) => {
+                tracing::debug!(crd, "CRD gone: no longer watching deletions");
+                deletions = None;
+            }
+            None => {}
+        }
+    }
+    drop(deletions);
+}
+
+/// The deletions watch of `kind` itself (see [`service_deletions`]).
+fn watch_deletions(
     ctx: Arc<Context>,
     kind: &'static str,
 ) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
@@ -151,9 +271,10 @@ fn service_deletions(
         .backoff(WatchBackoff::default())
         .filter_map(move |event| {
             let wake = match event {
-                Ok(watcher::Event::Delete(_)) | Ok(watcher::Event::InitDone) => {
-                    ctx.memory(|m| m.deleting()) && ctx.admit_trigger()
-                }
+                // Someone else's: the operand removes them, or their owners do.
+                Ok(watcher::Event::Delete(_)) => ctx.memory(|m| m.deleting()) && ctx.admit_trigger(Cause::Theirs),
+                // A (re)list cannot tell whose deletions it missed: held back like our echoes.
+                Ok(watcher::Event::InitDone) => ctx.memory(|m| m.deleting()) && ctx.admit_trigger(Cause::Ours),
                 Ok(_) => false,
                 Err(e) => {
                     tracing::debug!(error = %e, kind, "service watch");
@@ -164,12 +285,23 @@ fn service_deletions(
         })
 }
 
-/// The mapper of a secondary watch: any change brings the CR back, except while a failed pass waits for
-/// its retry (a pass that restores the operand must not re-trigger itself): then the change is deferred,
-/// never dropped ([`super::gate::Gate`]).
-fn waker<T>(ctx: &Arc<Context>) -> impl Fn(T) -> Option<ObjectRef<BtpOperator>> + Send + Sync + 'static {
+/// The mapper of a secondary watch: any change brings the CR back, except an echo of our own write while a
+/// failed pass waits for its retry (a pass that restores the operand must not re-trigger itself): then the
+/// change is deferred, never dropped ([`super::gate::Gate`]).
+fn waker(ctx: &Arc<Context>) -> impl Fn(Cause) -> Option<ObjectRef<BtpOperator>> + Send + Sync + 'static {
     let ctx = ctx.clone();
-    move |_| ctx.admit_trigger().then(the_cr)
+    move |cause| ctx.admit_trigger(cause).then(the_cr)
+}
+
+/// Whether a change of the credentials Secret echoes the manager's own write of it (its drift annotations,
+/// recorded in the caches' pending writes) or is someone else's.
+fn secret_cause(ctx: &Context, secret: &Secret) -> Cause {
+    use kube::ResourceExt as _;
+    let Some(caches) = ctx.caches() else {
+        return Cause::Theirs;
+    };
+    let key = ("Secret".to_string(), secret.namespace(), secret.name_any());
+    caches.echo(&key, secret.metadata.resource_version.as_deref())
 }
 
 /// A hash of what a reconcile reads from the CR besides its status: identity, generation, labels,
@@ -246,9 +378,10 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     .touched_objects()
     .filter_map({
         let wake = waker(&ctx);
+        let ctx = ctx.clone();
         move |secret| {
             std::future::ready(match secret {
-                Ok(secret) => wake(secret),
+                Ok(secret) => wake(secret_cause(&ctx, &secret)),
                 Err(e) => {
                     tracing::debug!(error = %e, "credentials Secret watch");
                     None
@@ -256,13 +389,16 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
             })
         }
     });
+    // The API server's EndpointSlices: their ports are rendered into the network policies, and a change
+    // of them brings a pass that re-applies the policies.
+    let api_server_slices = api_server_slices(&ctx);
     // The copies passes read (super::cache), started before the first pass.
     let (caches, changes, keep_caches) = super::cache::start(&client, &config.chart_namespace);
     ctx.set_caches(caches);
     let _caches = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_caches));
     let module_changes = changes.filter_map({
         let wake = waker(&ctx);
-        move |()| std::future::ready(wake(()))
+        move |cause| std::future::ready(wake(cause))
     });
     let controller = Controller::for_stream(crs, reader)
         // The secondary watches share one backoff (kube's default would stretch every pause to 30 s).
@@ -273,6 +409,7 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         .reconcile_on(module_changes)
         .reconcile_on(triggered)
         .reconcile_on(credentials_verdicts)
+        .reconcile_on(api_server_slices)
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown.clone())
@@ -357,6 +494,24 @@ mod tests {
         assert!(stuck_at_start(late, true, 1, 0), "a CR listed and no pass");
         assert!(!stuck_at_start(late, true, 0, 0), "nothing to reconcile is not stuck");
         assert!(!stuck_at_start(late, true, 1, 1), "a pass began");
+    }
+
+    #[test]
+    fn crd_presence_follows_lists_and_events() {
+        use watcher::Event as E;
+        let mut p = CrdPresence::default();
+        assert_eq!(p.on::<()>(&E::Init), None);
+        assert_eq!(p.on::<()>(&E::InitDone), None, "listed, absent: unchanged");
+        assert_eq!(p.on(&E::Apply(())), Some(true), "created");
+        assert_eq!(p.on(&E::Apply(())), None, "updated");
+        assert_eq!(p.on(&E::Delete(())), Some(false), "deleted");
+        // A relist that finds it again.
+        assert_eq!(p.on::<()>(&E::Init), None);
+        assert_eq!(p.on(&E::InitApply(())), None, "decided at InitDone");
+        assert_eq!(p.on::<()>(&E::InitDone), Some(true));
+        // A relist that no longer finds it (deleted while the watch was down).
+        assert_eq!(p.on::<()>(&E::Init), None);
+        assert_eq!(p.on::<()>(&E::InitDone), Some(false));
     }
 
     #[test]

@@ -108,7 +108,9 @@ pub async fn converge(
 
     let apply_failed = |e: ApplyError| match e {
         // The API server failed us: say so, and retry with backoff.
-        ApplyError::Api(_) => retry(failed)(e),
+        ApplyError::Api(_) | ApplyError::Kinds(crate::reconciler::kinds::KindsError::Discovery { .. }) => {
+            retry(failed)(e)
+        }
         _ => report(failed)(e),
     };
     let reads = reads.map_err(apply_failed)?;

@@ -1,10 +1,22 @@
 //! The trigger gate (docs/behaviour.md#watches-and-triggers), as a pure rule: while a failed pass waits for
-//! its retry, a change of a secondary object does not bring the CR back at once (a failing pass that restores
-//! the operand would otherwise trigger itself and bypass the backoff), but it is never dropped: it is
-//! deferred. The next pass to begin covers it (it reads everything after it begins); a pass that was already
-//! running when it came, and then succeeds, is followed at once by another.
+//! its retry, a change that echoes the manager's own write ([`Cause::Ours`]) does not bring the CR back at
+//! once (a failing pass that restores the operand would otherwise trigger itself and bypass the backoff), but
+//! it is never dropped: it is deferred. The next pass to begin covers it (it reads everything after it
+//! begins); a pass that was already running when it came, and then succeeds, is followed at once by another.
+//! A change someone else made ([`Cause::Theirs`]: a person fixing the cause, a controller) brings a pass at
+//! once, backoff or not.
 
 use std::time::Instant;
+
+/// Who caused a secondary trigger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The echo of a write or delete of this process (the caches' pending writes), or a change that cannot
+    /// be told apart from one (a watch's relist).
+    Ours,
+    /// A change this process did not make.
+    Theirs,
+}
 
 /// The gate's state: when the retry of a failed pass is due, and whether a trigger was deferred.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -14,10 +26,10 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// A secondary trigger at `now`: true to pass it on to the controller, false when it is deferred to the
-    /// retry that a failed pass waits for.
-    pub fn admit(&mut self, now: Instant) -> bool {
-        if self.backing_off(now) {
+    /// A secondary trigger at `now` caused as `cause`: true to pass it on to the controller, false when it is
+    /// an echo of ours deferred to the retry that a failed pass waits for.
+    pub fn admit(&mut self, now: Instant, cause: Cause) -> bool {
+        if cause == Cause::Ours && self.backing_off(now) {
             self.deferred = true;
             false
         } else {
@@ -63,7 +75,7 @@ mod tests {
     fn triggers_pass_when_no_retry_is_pending() {
         let mut g = Gate::default();
         let now = Instant::now();
-        assert!(g.admit(now));
+        assert!(g.admit(now, Cause::Ours));
         assert!(!g.succeeded(), "nothing was deferred");
     }
 
@@ -74,9 +86,15 @@ mod tests {
         g.failed(now + Duration::from_secs(64));
         // A pass runs early (a pending rerun, a CR change): it begins, then the Secret changes.
         g.begin_pass();
-        assert!(!g.admit(now + Duration::from_secs(1)), "deferred, not passed on");
+        assert!(
+            !g.admit(now + Duration::from_secs(1), Cause::Ours),
+            "deferred, not passed on"
+        );
         assert!(g.succeeded(), "the change came while the pass ran: run again at once");
-        assert!(g.admit(now + Duration::from_secs(2)), "the backoff is over");
+        assert!(
+            g.admit(now + Duration::from_secs(2), Cause::Ours),
+            "the backoff is over"
+        );
     }
 
     #[test]
@@ -84,7 +102,7 @@ mod tests {
         let mut g = Gate::default();
         let now = Instant::now();
         g.failed(now + Duration::from_secs(8));
-        assert!(!g.admit(now));
+        assert!(!g.admit(now, Cause::Ours));
         g.begin_pass();
         assert!(!g.succeeded(), "the pass began after the change and read it");
     }
@@ -95,17 +113,38 @@ mod tests {
         let now = Instant::now();
         g.failed(now + Duration::from_secs(4));
         g.begin_pass();
-        assert!(!g.admit(now + Duration::from_secs(1)));
+        assert!(!g.admit(now + Duration::from_secs(1), Cause::Ours));
         g.failed(now + Duration::from_secs(9));
         assert!(g.backing_off(now + Duration::from_secs(8)));
         assert!(!g.backing_off(now + Duration::from_secs(9)));
         assert!(
-            g.admit(now + Duration::from_secs(9)),
+            g.admit(now + Duration::from_secs(9), Cause::Ours),
             "after the retry time, triggers pass"
         );
         assert!(
             g.succeeded(),
             "the trigger deferred during the failed pass was not yet covered by a pass"
         );
+    }
+
+    #[test]
+    fn someone_elses_change_passes_during_the_backoff_and_an_echo_waits() {
+        let mut g = Gate::default();
+        let now = Instant::now();
+        g.failed(now + Duration::from_secs(300));
+        assert!(
+            g.admit(now + Duration::from_secs(1), Cause::Theirs),
+            "a person's fix: at once"
+        );
+        assert!(
+            !g.admit(now + Duration::from_secs(1), Cause::Ours),
+            "our own echo: deferred"
+        );
+        assert!(
+            g.backing_off(now + Duration::from_secs(2)),
+            "the backoff stays for our echoes"
+        );
+        g.begin_pass();
+        assert!(!g.succeeded(), "the pass it brought covers the deferred echo");
     }
 }

@@ -34,6 +34,7 @@ pub mod end;
 pub mod error;
 pub mod events;
 pub mod gate;
+pub mod kinds;
 pub mod memory;
 pub mod metrics;
 pub mod network_policies;

@@ -48,6 +48,51 @@ pub fn plan(policies: &[Value], enabled: bool) -> Plan {
     }
 }
 
+/// The policy that lets the manager and the operand reach the API server; [`render`] adds the endpoint
+/// ports to it.
+pub const API_SERVER_POLICY: &str = "kyma-project.io--btp-operator-allow-to-apiserver";
+
+/// Namespace and label selector of the `kubernetes` Service's EndpointSlices (the API server's endpoints).
+pub const API_SERVER_SLICES_NAMESPACE: &str = "default";
+/// See [`API_SERVER_SLICES_NAMESPACE`].
+pub const API_SERVER_SLICES_SELECTOR: &str = "kubernetes.io/service-name=kubernetes";
+
+/// The port the `kubernetes` Service listens on, which the shipped policy already allows.
+pub const SERVICE_PORT: u16 = 443;
+
+/// The TCP ports the `default/kubernetes` EndpointSlices name (a port without protocol is TCP), sorted,
+/// without [`SERVICE_PORT`] (allowed anyway). Pure.
+pub fn api_server_ports<'a>(
+    slices: impl IntoIterator<Item = &'a k8s_openapi::api::discovery::v1::EndpointSlice>,
+) -> std::collections::BTreeSet<u16> {
+    slices
+        .into_iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        .filter_map(|p| p.port.and_then(|n| u16::try_from(n).ok()))
+        .filter(|&n| n != 0 && n != SERVICE_PORT)
+        .collect()
+}
+
+/// The policies as applied in a cluster whose API server endpoints listen on `ports` (see
+/// [`api_server_ports`]): [`API_SERVER_POLICY`] gets one more egress rule, TCP to those ports anywhere; the
+/// others are as loaded. No ports, or no such policy: unchanged. Pure.
+pub fn render(policies: &[Value], ports: &std::collections::BTreeSet<u16>) -> Vec<Value> {
+    let mut out = policies.to_vec();
+    if ports.is_empty() {
+        return out;
+    }
+    let rule = serde_json::json!({
+        "ports": ports.iter().map(|p| serde_json::json!({"protocol": "TCP", "port": p})).collect::<Vec<_>>()
+    });
+    for policy in out.iter_mut().filter(|p| p["metadata"]["name"] == API_SERVER_POLICY) {
+        if let Some(egress) = policy.pointer_mut("/spec/egress").and_then(Value::as_array_mut) {
+            egress.push(rule.clone());
+        }
+    }
+    out
+}
+
 /// Label selector for deleting the manager's own NetworkPolicies (when disabled and on deprovisioning).
 ///
 /// The Go manager selects only `app.kubernetes.io/managed-by=btp-manager` (so unlabelled policies are

@@ -53,6 +53,8 @@ pub struct Inputs<'a> {
     /// Objects we create that are not part of the chart (the operand's certificate Secrets): labelled
     /// managed-by and module, but without `chart-version`.
     pub unversioned: &'a [Value],
+    /// The kinds as the API server serves them ([`super::kinds`]); None: the built-in table.
+    pub kinds: Option<&'a super::kinds::Kinds>,
 }
 
 /// Preparation failed: the manifests do not have what the manager needs.
@@ -116,9 +118,14 @@ pub fn prepare(resources: &ModuleResources, inputs: &Inputs<'_>) -> Result<Vec<V
         let mut obj = original.clone();
         set_labels(&mut obj, labels);
         let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
+        let cluster_scoped = match inputs.kinds {
+            Some(kinds) => kinds.cluster_scoped(&api_version, &kind),
+            None => is_cluster_scoped(&kind),
+        };
         if let Some(meta) = obj["metadata"].as_object_mut() {
             meta.remove("creationTimestamp");
-            if is_cluster_scoped(&kind) {
+            if cluster_scoped {
                 meta.remove("namespace");
             } else {
                 meta.insert("namespace".into(), json!(inputs.chart_namespace));

@@ -3,8 +3,9 @@
 //!
 //! The API server is the embedded one, unless `BTP_E2E_KUBECONFIG` names a kubeconfig: then the tests run
 //! against that cluster, one at a time (the CR is a singleton), and each removes what it created when it
-//! stops. The harness plays the operand's Deployment controller (patching Deployment status) unless
-//! `BTP_E2E_REAL_OPERAND=1` says the cluster really runs the operand. Use a disposable cluster without BTP
+//! stops. The harness plays the operand's Deployment controller and kubelet (the operand's Pods, marked
+//! Ready, and what its container does at start) unless `BTP_E2E_REAL_OPERAND=1` says the cluster really runs
+//! the operand. Use a disposable cluster without BTP
 //! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
@@ -71,6 +72,20 @@ static SERIAL: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::Onc
 /// Whether the tests run against a real cluster.
 pub fn real_cluster() -> Option<String> {
     std::env::var("BTP_E2E_KUBECONFIG").ok().filter(|p| !p.is_empty())
+}
+
+/// Whether a test that needs the operand's own webhooks or finalizer removal must be skipped: on a real
+/// cluster without `BTP_E2E_REAL_OPERAND=1` (the embedded server gets the stand-ins of
+/// [`Env::play_operand`]). Says so on stderr when it skips.
+pub fn skipped_without_the_operand(test: &str) -> bool {
+    let skip = real_cluster().is_some() && !std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
+    if skip {
+        eprintln!(
+            "skipped {test}: on a real cluster it needs the real operand (BTP_E2E_REAL_OPERAND=1), whose webhooks \
+             guard every ServiceInstance and ServiceBinding write and whose finalizer removal ends their deletion"
+        );
+    }
+    skip
 }
 
 /// How `Env::start_with` runs the manager.
@@ -194,14 +209,11 @@ impl Env {
         .await;
         let real_operand = std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
         if deployments_become_available && !real_operand {
-            if server.is_some() {
-                // Deployments get Pods that run (there is no kubelet), and the operand's Pods start as the
-                // operand does (its cluster-ID Secret).
-                btp_apiserver::spawn_workload_controller(client.clone());
-                operand::spawn_operand_starts(client.clone());
-            } else {
-                btp_apiserver::testing::spawn_deployment_controller(client.clone());
-            }
+            // Deployments get Pods that run (there is no kubelet, and on a real cluster for these tests no
+            // Deployment controller either), and the operand's Pods start as the operand does (its
+            // cluster-ID Secret): the same stand-ins on both, so the same assertions hold.
+            btp_apiserver::spawn_workload_controller(client.clone());
+            operand::spawn_operand_starts(client.clone());
         }
         let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile).await;
         let backend = match (server, serial) {

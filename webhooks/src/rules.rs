@@ -241,6 +241,66 @@ pub fn is_https_url(value: &[u8]) -> bool {
     }
 }
 
+/// What is wrong with one required key of the credentials Secret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyProblem {
+    Missing,
+    Empty,
+    NotBase64,
+    NotHttps,
+}
+
+/// The problem of every required key, in [`names::REQUIRED_SECRET_KEYS`] order (`None` = valid).
+fn key_problems(obj: &AdmittedObject) -> Vec<(&'static str, Option<KeyProblem>)> {
+    names::REQUIRED_SECRET_KEYS
+        .iter()
+        .map(|&key| {
+            let problem = match secret_value(obj, key) {
+                SecretValue::Missing => Some(KeyProblem::Missing),
+                SecretValue::NotBase64 => Some(KeyProblem::NotBase64),
+                SecretValue::Present(v) if is_blank(&v) => Some(KeyProblem::Empty),
+                SecretValue::Present(v) if names::URL_SECRET_KEYS.contains(&key) && !is_https_url(&v) => {
+                    Some(KeyProblem::NotHttps)
+                }
+                SecretValue::Present(_) => None,
+            };
+            (key, problem)
+        })
+        .collect()
+}
+
+/// The problems of `keys`, as message fragments naming keys only (never a value).
+fn describe(keys: &[(&'static str, KeyProblem)]) -> String {
+    let of = |kind: KeyProblem| -> Vec<&str> { keys.iter().filter(|(_, p)| *p == kind).map(|(k, _)| *k).collect() };
+    let mut problems = Vec::new();
+    let missing = of(KeyProblem::Missing);
+    if !missing.is_empty() {
+        problems.push(format!("missing key(s): {}", missing.join(", ")));
+    }
+    let empty = of(KeyProblem::Empty);
+    if !empty.is_empty() {
+        problems.push(format!("empty value(s) for key(s): {}", empty.join(", ")));
+    }
+    let not_base64 = of(KeyProblem::NotBase64);
+    if !not_base64.is_empty() {
+        problems.push(format!(
+            "value(s) that are not valid base64 strings for key(s): {}",
+            not_base64.join(", ")
+        ));
+    }
+    let not_https = of(KeyProblem::NotHttps);
+    if !not_https.is_empty() {
+        problems.push(format!(
+            "key(s) {} must hold an https URL (for example https://service-manager.example.com)",
+            not_https.join(", ")
+        ));
+    }
+    problems.join("; ")
+}
+
+/// The credentials Secret rule, ratcheting on UPDATE (docs/behaviour.md#admission-webhooks): a CREATE is
+/// refused for any invalid key; an UPDATE only for keys it makes invalid that were valid in `oldObject`.
+/// Keys that were invalid before and still are pass with a warning naming them.
 fn validate_secret(req: &Request, config: &RulesConfig) -> Verdict {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Verdict::allow();
@@ -256,51 +316,48 @@ fn validate_secret(req: &Request, config: &RulesConfig) -> Verdict {
             names::MANAGED_BY_KEB
         )
     });
-
-    let (mut missing, mut empty, mut not_base64, mut not_https) = (vec![], vec![], vec![], vec![]);
-    for key in names::REQUIRED_SECRET_KEYS {
-        match secret_value(obj, key) {
-            SecretValue::Missing => missing.push(key),
-            SecretValue::NotBase64 => not_base64.push(key),
-            SecretValue::Present(v) if is_blank(&v) => empty.push(key),
-            SecretValue::Present(v) => {
-                if names::URL_SECRET_KEYS.contains(&key) && !is_https_url(&v) {
-                    not_https.push(key);
-                }
-            }
+    // Only an UPDATE with the object as it was can ratchet; without it every key counts as valid before.
+    let before = match (&req.operation, req.old_object.as_ref()) {
+        (Operation::Update, Some(old)) => Some(key_problems(old)),
+        _ => None,
+    };
+    let (mut worse, mut kept) = (Vec::new(), Vec::new());
+    for (i, (key, problem)) in key_problems(obj).into_iter().enumerate() {
+        let Some(problem) = problem else { continue };
+        let was_invalid = before
+            .as_ref()
+            .is_some_and(|b| b.get(i).is_some_and(|(_, p)| p.is_some()));
+        if was_invalid {
+            kept.push((key, problem));
+        } else {
+            worse.push((key, problem));
         }
     }
-    let mut problems = Vec::new();
-    if !missing.is_empty() {
-        problems.push(format!("missing key(s): {}", missing.join(", ")));
+    let kept_warning = (!kept.is_empty()).then(|| {
+        format!(
+            "{secret} is still invalid: {}. This update leaves those keys as invalid as they were, so it is allowed; \
+             BTP Manager reports InvalidSecret until they are fixed.",
+            describe(&kept),
+        )
+    });
+    if worse.is_empty() {
+        return Verdict::allow().with_warning(label_warning).with_warning(kept_warning);
     }
-    if !empty.is_empty() {
-        problems.push(format!("empty value(s) for key(s): {}", empty.join(", ")));
-    }
-    if !not_base64.is_empty() {
-        problems.push(format!(
-            "value(s) that are not valid base64 strings for key(s): {}",
-            not_base64.join(", ")
-        ));
-    }
-    if !not_https.is_empty() {
-        problems.push(format!(
-            "key(s) {} must hold an https URL (for example https://service-manager.example.com)",
-            not_https.join(", ")
-        ));
-    }
-    if problems.is_empty() {
-        return Verdict::allow().with_warning(label_warning);
-    }
+    let was_valid = if before.is_some() {
+        " (valid before this update)"
+    } else {
+        ""
+    };
     Verdict::deny(
         422,
         format!(
-            "{secret} is invalid: {}. It needs the keys {}, each with a non-empty value.",
-            problems.join("; "),
+            "{secret} is invalid: {}{was_valid}. It needs the keys {}, each with a non-empty value.",
+            describe(&worse),
             names::REQUIRED_SECRET_KEYS.join(", ")
         ),
     )
     .with_warning(label_warning)
+    .with_warning(kept_warning)
 }
 
 /// The mutating webhook. Idempotent: applied to its own output it returns no patch.

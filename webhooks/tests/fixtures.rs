@@ -60,12 +60,10 @@ fn expectation(number: &str) -> Expect {
             warnings: &[UNLABELLED],
             patch: None,
         },
-        // Labelled now, but still incomplete.
+        // Labelled now, but still incomplete: the UPDATE leaves the keys as invalid as they were (ratcheting).
         "032" => Expect {
-            allowed: false,
-            message: &[
-                "missing key(s): tokenurl, cluster_id",
-                "empty value(s) for key(s): clientsecret",
+            warnings: &[
+                "is still invalid: missing key(s): tokenurl, cluster_id; empty value(s) for key(s): clientsecret",
             ],
             ..ALLOW
         },
@@ -207,5 +205,73 @@ async fn delete_without_force_delete_warns() {
         "{warning}"
     );
     assert!(warning.contains("force-delete=true"), "{warning}");
+    server.shutdown().await;
+}
+
+/// The ratcheting cases derived from recorded UPDATEs (`tests/fixtures/ratcheting`, each file says what was
+/// changed and what it must get): refused only for what the UPDATE makes worse.
+#[tokio::test]
+async fn ratcheting_updates_of_the_secret() {
+    let server = TestServer::start().await;
+    let mut conn = server.connect(Protocol::Http2).await;
+    let dir = fixtures_dir().parent().unwrap().join("ratcheting");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("webhooks/tests/fixtures/ratcheting holds the derived reviews")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 5, "fixture count");
+    for file in files {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let fixture: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(fixture["review"]["request"]["operation"], "UPDATE", "{name}");
+        let reply = conn
+            .post_json("/validate", serde_json::to_vec(&fixture["review"]).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let review: Value = serde_json::from_slice(&reply.body).unwrap();
+        let response = &review["response"];
+        let expect = &fixture["expect"];
+        assert_eq!(response["allowed"], expect["allowed"], "{name}: {response}");
+        let message = response["status"]["message"].as_str().unwrap_or("");
+        for part in expect["message"].as_array().unwrap() {
+            let part = part.as_str().unwrap();
+            assert!(message.contains(part), "{name}: message {message:?} lacks {part:?}");
+        }
+        let warnings: Vec<&str> = response["warnings"]
+            .as_array()
+            .map(|w| w.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let expected: Vec<&str> = expect["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        if expected.is_empty() {
+            assert!(warnings.is_empty(), "{name}: unexpected warnings {warnings:?}");
+        } else {
+            assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+            for part in expected {
+                assert!(
+                    warnings[0].contains(part),
+                    "{name}: warning {:?} lacks {part:?}",
+                    warnings[0]
+                );
+            }
+        }
+        for leaked in [
+            "dummy-client-secret-value",
+            "dummy-client-id",
+            "service-manager-2",
+            "auth.example.com",
+        ] {
+            assert!(
+                !message.contains(leaked) && !warnings.iter().any(|w| w.contains(leaked)),
+                "{name}: value leaked"
+            );
+        }
+    }
     server.shutdown().await;
 }

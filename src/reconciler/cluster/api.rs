@@ -62,9 +62,11 @@ impl<'a> Cluster<'a> {
     /// A namespaced or cluster-scoped dynamic API for `obj` (by its kind), and its name.
     pub(super) fn dynamic_api(&self, obj: &Value) -> (Api<DynamicObject>, String) {
         let (api_version, kind, ns, name) = resources::identity(obj);
-        let ar = api_resource(&api_version, &kind);
+        // As discovered for this term ([`crate::reconciler::kinds`]), else the built-in table.
+        let kinds = self.ctx.kinds();
+        let ar = kinds.api_resource(&api_version, &kind);
         let api = match ns {
-            Some(ns) if !resources::is_cluster_scoped(&kind) => Api::namespaced_with(self.client(), &ns, &ar),
+            Some(ns) if !kinds.cluster_scoped(&api_version, &kind) => Api::namespaced_with(self.client(), &ns, &ar),
             _ => Api::all_with(self.client(), &ar),
         };
         (api, name)

@@ -7,6 +7,7 @@ use super::retry::retrying;
 use crate::reconciler::cache::{read_through, Lookup};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::error::{api_err, ApiError};
+use crate::reconciler::kinds::{Kinds, KindsError};
 use crate::reconciler::metrics::Certificate;
 use crate::reconciler::network_policies;
 use crate::reconciler::resources::{self, ModuleResources};
@@ -30,6 +31,9 @@ pub enum ApplyError {
     /// The manifests could not be prepared.
     #[error(transparent)]
     Prepare(#[from] resources::PrepareError),
+    /// A kind of the manifests could not be resolved (unknown, or discovery failed).
+    #[error(transparent)]
+    Kinds(#[from] KindsError),
     /// The operand's certificates could not be generated.
     #[error("generating the operand's webhook certificates: {0}")]
     Certificates(String),
@@ -72,9 +76,9 @@ pub struct Applied {
 /// `(kind, namespace, name)`: which object a prepared manifest (or a read) is, as the API addresses it.
 type Key = (String, Option<String>, String);
 
-fn key(obj: &Value) -> Key {
-    let (_, kind, ns, name) = resources::identity(obj);
-    let ns = ns.filter(|_| !resources::is_cluster_scoped(&kind));
+fn key(obj: &Value, kinds: &Kinds) -> Key {
+    let (api_version, kind, ns, name) = resources::identity(obj);
+    let ns = ns.filter(|_| !kinds.cluster_scoped(&api_version, &kind));
     (kind, ns, name)
 }
 
@@ -99,12 +103,18 @@ impl ModuleReads {
 }
 
 impl Cluster<'_> {
-    /// The network policies to apply (and whether to remove ours instead) for a CR with `policies_enabled`.
-    fn policy_plan(&self, policies_enabled: bool) -> (Vec<Value>, bool) {
-        match network_policies::plan(&self.settings.network_policies, policies_enabled) {
-            network_policies::Plan::Apply(policies) => (policies, false),
-            network_policies::Plan::Remove => (Vec::new(), true),
-        }
+    /// The network policies to apply, rendered for this cluster's API server ports (and whether to remove
+    /// ours instead) for a CR with `policies_enabled`.
+    async fn policy_plan(&self, policies_enabled: bool) -> Result<(Vec<Value>, bool), ApplyError> {
+        Ok(
+            match network_policies::plan(&self.settings.network_policies, policies_enabled) {
+                network_policies::Plan::Apply(policies) => (
+                    network_policies::render(&policies, &self.api_server_ports().await?),
+                    false,
+                ),
+                network_policies::Plan::Remove => (Vec::new(), true),
+            },
+        )
     }
 
     /// Read every object the apply may write, side by side (the compare-before-apply reads, the operand's
@@ -116,16 +126,17 @@ impl Cluster<'_> {
         credentials: &Credentials,
         policies_enabled: bool,
     ) -> Result<ModuleReads, ApplyError> {
-        let (policies, _) = self.policy_plan(policies_enabled);
-        let inputs = self.inputs(credentials, &policies);
+        let (policies, _) = self.policy_plan(policies_enabled).await?;
+        let kinds = self.resolve_kinds(module, &policies, false).await?;
+        let inputs = self.inputs(credentials, &policies, &kinds);
         let mut targets: Vec<Value> = resources::prepare(module, &inputs)?;
         targets.extend([operand::CA_SECRET, operand::WEBHOOK_SECRET].map(|name| {
             json!({"apiVersion": "v1", "kind": "Secret",
                    "metadata": {"name": name, "namespace": self.config.chart_namespace}})
         }));
-        let deleted: Vec<Key> = module.delete.iter().map(key).collect();
+        let deleted: Vec<Key> = module.delete.iter().map(|o| key(o, &kinds)).collect();
         let mut seen = std::collections::BTreeSet::new();
-        targets.retain(|t| seen.insert(key(t)) && !deleted.contains(&key(t)));
+        targets.retain(|t| seen.insert(key(t, &kinds)) && !deleted.contains(&key(t, &kinds)));
         // And what is to be deleted, so that only what exists is: the outdated objects and the policy the
         // original installed under an older name (its migration). A steady state sends no delete.
         let legacy = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
@@ -146,7 +157,7 @@ impl Cluster<'_> {
             .into_iter();
         let mut live = BTreeMap::new();
         for (target, read) in targets.iter().zip(reads.by_ref()) {
-            live.insert(key(target), read?);
+            live.insert(key(target, &kinds), read?);
         }
         let mut present = Vec::new();
         for (obj, read) in outdated.into_iter().zip(reads.by_ref()) {
@@ -162,7 +173,12 @@ impl Cluster<'_> {
         })
     }
 
-    fn inputs<'i>(&'i self, credentials: &'i Credentials, policies: &'i [Value]) -> resources::Inputs<'i> {
+    fn inputs<'i>(
+        &'i self,
+        credentials: &'i Credentials,
+        policies: &'i [Value],
+        kinds: &'i Kinds,
+    ) -> resources::Inputs<'i> {
         resources::Inputs {
             chart_namespace: &self.config.chart_namespace,
             deployment_name: &self.config.deployment_name,
@@ -173,6 +189,7 @@ impl Cluster<'_> {
             ca_bundle: None,
             extra: policies,
             unversioned: &[],
+            kinds: Some(kinds),
         }
     }
 
@@ -188,7 +205,7 @@ impl Cluster<'_> {
         policies_enabled: bool,
         reads: Option<ModuleReads>,
     ) -> Result<Applied, ApplyError> {
-        let (policies, remove_policies) = self.policy_plan(policies_enabled);
+        let (policies, remove_policies) = self.policy_plan(policies_enabled).await?;
         let reads = match reads {
             Some(reads) => reads,
             None => self.read_module(module, credentials, policies_enabled).await?,
@@ -199,7 +216,8 @@ impl Cluster<'_> {
             legacy_policy,
         } = reads;
         let legacy: Api<NetworkPolicy> = Api::namespaced(self.client(), &self.config.chart_namespace);
-        let recreated: Vec<Key> = outdated.iter().map(key).collect();
+        let kinds = self.resolve_kinds(module, &policies, false).await?;
+        let recreated: Vec<Key> = outdated.iter().map(|o| key(o, &kinds)).collect();
         let mut deletes = Some(async {
             let (outdated, removed, legacy) = futures::join!(
                 self.delete_outdated(&outdated),
@@ -250,7 +268,7 @@ impl Cluster<'_> {
         let certs = self
             .operand_certificates(secret(operand::CA_SECRET), secret(operand::WEBHOOK_SECRET))
             .await?;
-        let mut inputs = self.inputs(credentials, &policies);
+        let mut inputs = self.inputs(credentials, &policies, &kinds);
         inputs.ca_bundle = certs.ca_bundle.as_deref();
         inputs.unversioned = &certs.secrets;
         let objects = resources::prepare(module, &inputs)?;
@@ -258,12 +276,12 @@ impl Cluster<'_> {
         let changed: Vec<Value> = objects
             .into_iter()
             .filter(|o| {
-                let current = live.get(&key(o)).and_then(Option::as_ref);
+                let current = live.get(&key(o, &kinds)).and_then(Option::as_ref);
                 !current.is_some_and(|l| resources::already_applied(l, o))
             })
             .collect();
         // An object deleted to be applied afresh is written only once its deletion is done.
-        if changed.iter().any(|o| recreated.contains(&key(o))) {
+        if changed.iter().any(|o| recreated.contains(&key(o, &kinds))) {
             if let Some(deletes) = deletes.take() {
                 deletes.await?;
             }
@@ -387,13 +405,21 @@ impl Cluster<'_> {
         let (api, name) = self.dynamic_api(obj);
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         let patch = Patch::Apply(obj);
+        let caches = self.ctx.caches();
+        let kinds = self.ctx.kinds();
+        if let Some(caches) = &caches {
+            // Its watch may deliver this write before the answer: an echo of ours all the same.
+            caches.writing(key(obj, &kinds));
+        }
         let applied = retrying(|| api.patch(&name, &params, &patch)).await;
-        if let (Ok(applied), Some(caches)) = (&applied, self.ctx.caches()) {
+        match (&applied, caches) {
             // Read from the API server until the store shows this write.
-            caches.saw(key(obj), applied.metadata.resource_version.clone());
+            (Ok(applied), Some(caches)) => caches.saw(key(obj, &kinds), applied.metadata.resource_version.clone()),
+            (Err(_), Some(caches)) => caches.write_failed(&key(obj, &kinds)),
+            (_, None) => {}
         }
         applied
-            .map(|applied| (key(obj), serde_json::to_value(applied).ok()))
+            .map(|applied| (key(obj, &kinds), serde_json::to_value(applied).ok()))
             .map_err(api_err(format!("applying {} {name}", waves::kind_of(obj))))
     }
 

@@ -188,10 +188,19 @@ impl Cluster<'_> {
             let secrets: Api<Secret> = Api::namespaced(self.client(), &self.config.chart_namespace);
             let patch = json!({"metadata": {"annotations": annotations}});
             let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
-            retrying(|| secrets.patch(&self.config.secret_name, &params, &patch))
+            let patched = retrying(|| secrets.patch(&self.config.secret_name, &params, &patch))
                 .await
                 .map_err(api_err("annotating the required Secret"))
                 .map_err(retry(Reason::AnnotatingSecretFailed))?;
+            // Its watch delivers this write back: an echo of ours, not a change that may cut a backoff short.
+            if let Some(caches) = self.ctx.caches() {
+                let key = (
+                    "Secret".to_string(),
+                    Some(self.config.chart_namespace.clone()),
+                    self.config.secret_name.clone(),
+                );
+                caches.saw(key, patched.metadata.resource_version);
+            }
         }
         if let Some(ns) = &actions.delete_clusterid_secret_in {
             let api: Api<Secret> = Api::namespaced(self.client(), ns);

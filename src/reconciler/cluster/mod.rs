@@ -9,6 +9,8 @@
 mod api;
 mod apply;
 mod drift;
+mod endpoints;
+mod kinds;
 mod removal;
 pub mod retry;
 mod services;

@@ -3,7 +3,7 @@
 //! own objects carry neither pair, see `btp_api::names::manager_labels`), the network policies, the operand
 //! Secret wherever it was moved, and the operand's cluster-ID Secret.
 
-use super::api::{api_resource, ignoring_not_found, Cluster};
+use super::api::{ignoring_not_found, Cluster};
 use super::retry::retrying;
 use crate::reconciler::drift;
 use crate::reconciler::error::{api_err, ApiError};
@@ -120,9 +120,26 @@ impl Cluster<'_> {
         credentials_namespaces.dedup();
 
         let params = ListParams::default().labels(&selector);
+        // Marked gone before each delete too: its watch may deliver the deletions before the answer, and
+        // they are echoes of ours (docs/behaviour.md#watches-and-triggers).
+        let caches = self.ctx.caches();
+        if let Some(caches) = &caches {
+            caches.removed("Secret");
+        }
+        // Kinds nobody serves any more have nothing to delete.
+        let kinds = match self.resolve_kinds(module, &[], true).await {
+            Ok(kinds) => kinds,
+            Err(e) => {
+                tracing::debug!(error = %e, "discovery for the removal; the built-in table answers");
+                self.ctx.kinds()
+            }
+        };
         for (api_version, kind) in module_kinds(module) {
-            let ar = api_resource(&api_version, &kind);
-            let api: Api<DynamicObject> = if resources::is_cluster_scoped(&kind) {
+            if let Some(caches) = &caches {
+                caches.removed(&kind);
+            }
+            let ar = kinds.api_resource(&api_version, &kind);
+            let api: Api<DynamicObject> = if kinds.cluster_scoped(&api_version, &kind) {
                 Api::all_with(self.client(), &ar)
             } else {
                 Api::namespaced_with(self.client(), &self.config.chart_namespace, &ar)
@@ -136,7 +153,7 @@ impl Cluster<'_> {
                 failures.push(e);
             }
         }
-        if let Some(caches) = self.ctx.caches() {
+        if let Some(caches) = caches {
             // Gone, as far as this pass knows (a CR created next must not be applied from copies of them).
             for (_, kind) in module_kinds(module) {
                 caches.removed(&kind);

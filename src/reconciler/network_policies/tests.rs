@@ -78,6 +78,9 @@ fn shipped_rules() {
         dns["egress"],
         json!([
             {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": both(53)},
+            {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                     "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+             "ports": both(53)},
             {"to": [{"namespaceSelector": kube_system, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
              "ports": both(8053)},
             {"to": [{"namespaceSelector": kube_system, "podSelector": {"matchLabels": {"k8s-app": "node-local-dns"}}}],
@@ -129,6 +132,7 @@ fn prepared_policies_carry_standard_labels_and_chart_namespace() {
         apply: manifests.as_array().unwrap().clone(),
         delete: vec![],
         chart_version: "v0.11.10".into(),
+        sources: Default::default(),
     };
     let Plan::Apply(policies) = plan(&shipped(), true) else {
         panic!("enabled must apply");
@@ -144,6 +148,7 @@ fn prepared_policies_carry_standard_labels_and_chart_namespace() {
         ca_bundle: None,
         extra: &policies,
         unversioned: &[],
+        kinds: None,
     };
     let objs = prepare(&resources, &inputs).unwrap();
     let prepared: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "NetworkPolicy").collect();
@@ -268,4 +273,70 @@ fn missing_directory_is_an_error_naming_it() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+fn slice(ports: Value) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4", "endpoints": [], "ports": ports,
+    }))
+    .unwrap()
+}
+
+#[test]
+fn api_server_ports_are_the_slices_tcp_ports_but_443() {
+    let kubeadm = slice(json!([{"name": "https", "port": 6443, "protocol": "TCP"}]));
+    let gardener = slice(json!([{"name": "https", "port": 443, "protocol": "TCP"}]));
+    let odd = slice(json!([{"port": 7443}, {"port": 53, "protocol": "UDP"}, {"name": "none"}]));
+    assert_eq!(api_server_ports([&kubeadm]), [6443].into());
+    assert!(api_server_ports([&gardener]).is_empty());
+    assert_eq!(
+        api_server_ports([&odd, &kubeadm]),
+        [6443, 7443].into(),
+        "TCP by default; UDP and unset ignored"
+    );
+    assert!(api_server_ports([]).is_empty());
+}
+
+#[test]
+fn render_adds_the_endpoint_ports_to_the_api_server_policy_only() {
+    let policies = shipped();
+    assert_eq!(render(&policies, &Default::default()), policies, "no ports: as shipped");
+    let rendered = render(&policies, &[6443, 7443].into());
+    let egress = by_name(&rendered, NAMES[0])["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(egress.len(), 2);
+    assert_eq!(
+        egress[0],
+        by_name(&policies, NAMES[0])["spec"]["egress"][0],
+        "443 stays"
+    );
+    assert_eq!(
+        egress[1],
+        json!({"ports": [{"protocol": "TCP", "port": 6443}, {"protocol": "TCP", "port": 7443}]})
+    );
+    for name in &NAMES[1..] {
+        assert_eq!(by_name(&rendered, name), by_name(&policies, name), "{name} untouched");
+    }
+}
+
+#[test]
+fn dns_is_allowed_to_kube_dns_in_kube_system() {
+    let dns = by_name(&shipped(), NAMES[1]).clone();
+    let rule = dns["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["to"][0]["podSelector"]["matchLabels"]["k8s-app"] == "kube-dns"
+                && r["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "kube-system"
+        })
+        .expect("a rule for kube-dns in kube-system");
+    assert_eq!(
+        rule["ports"],
+        json!([{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}])
+    );
 }

@@ -19,6 +19,7 @@ fn manifests() -> ModuleResources {
         apply: docs.as_array().unwrap().clone(),
         delete: vec![],
         chart_version: "0.11.10".into(),
+        sources: Default::default(),
     }
 }
 
@@ -50,6 +51,7 @@ fn inputs<'a>(c: &'a Credentials, bundle: Option<&'a [u8]>) -> Inputs<'a> {
         ca_bundle: bundle,
         extra: &[],
         unversioned: &[],
+        kinds: None,
     }
 }
 
@@ -188,6 +190,7 @@ fn unversioned_objects_get_the_managed_labels_without_chart_version() {
         &manifests(),
         &Inputs {
             unversioned: &cert,
+            kinds: None,
             ..inputs(&c, None)
         },
     )

@@ -332,6 +332,119 @@ fn missing_key_in_unlabelled_secret_denies_and_warns() {
     assert_eq!(v.warnings.len(), 1);
 }
 
+// --- Ratcheting UPDATEs of the required Secret ---------------------------------------------------
+
+fn update(old_data: Value, new_data: Value, labelled: bool) -> Request {
+    let old = secret_obj("sap-btp-manager", old_data, Value::Null, false);
+    let new = secret_obj("sap-btp-manager", new_data, Value::Null, labelled);
+    request(SECRET, "UPDATE", "kyma-system", "sap-btp-manager", new, old)
+}
+
+fn incomplete() -> Value {
+    let mut data = full_data();
+    let d = data.as_object_mut().unwrap();
+    d.remove("tokenurl");
+    d.insert("clientsecret".into(), json!(""));
+    d.insert("sm_url".into(), json!(b64("http://sm.example.com")));
+    data
+}
+
+#[test]
+fn update_leaving_invalid_keys_as_they_were_is_allowed_with_a_warning_naming_them() {
+    let v = validate(&update(incomplete(), incomplete(), true), &cfg(), None);
+    assert!(v.allowed(), "{v:?}");
+    assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+    let w = &v.warnings[0];
+    assert!(w.contains("missing key(s): tokenurl"), "{w}");
+    assert!(w.contains("empty value(s) for key(s): clientsecret"), "{w}");
+    assert!(w.contains("key(s) sm_url must hold an https URL"), "{w}");
+    assert!(
+        !w.contains("sm.example.com") && !w.contains("cluster-1"),
+        "a value leaked: {w}"
+    );
+}
+
+#[test]
+fn update_fixing_one_key_warns_only_about_the_rest() {
+    let mut fixed = incomplete();
+    fixed["clientsecret"] = json!(b64("now-set"));
+    let v = validate(&update(incomplete(), fixed, true), &cfg(), None);
+    assert!(v.allowed(), "{v:?}");
+    assert!(!v.warnings[0].contains("clientsecret"), "{:?}", v.warnings);
+    assert!(v.warnings[0].contains("tokenurl"), "{:?}", v.warnings);
+}
+
+#[test]
+fn update_changing_an_invalid_key_to_another_invalid_value_is_not_worse() {
+    // Missing before, empty now: still one invalid key, not a newly broken one.
+    let mut changed = incomplete();
+    changed["tokenurl"] = json!("");
+    let v = validate(&update(incomplete(), changed, true), &cfg(), None);
+    assert!(v.allowed(), "{v:?}");
+    assert!(
+        v.warnings[0].contains("empty value(s) for key(s): clientsecret, tokenurl"),
+        "{:?}",
+        v.warnings
+    );
+}
+
+#[test]
+fn update_breaking_a_valid_key_is_refused_for_that_key_only() {
+    for (key, value, expected) in [
+        ("clientid", Value::Null, "missing key(s): clientid"),
+        ("cluster_id", json!(b64("  ")), "empty value(s) for key(s): cluster_id"),
+        ("cluster_id", json!(""), "empty value(s) for key(s): cluster_id"),
+    ] {
+        let mut worse = incomplete();
+        if value.is_null() {
+            worse.as_object_mut().unwrap().remove(key);
+        } else {
+            worse[key] = value;
+        }
+        let v = validate(&update(incomplete(), worse, true), &cfg(), None);
+        let m = message(&v);
+        assert_eq!(v.denial.as_ref().unwrap().code, 422);
+        assert!(
+            m.contains(expected) && m.contains("valid before this update"),
+            "{key}: {m}"
+        );
+        let problems = m.split(". It needs").next().unwrap();
+        assert!(
+            !problems.contains("tokenurl") && !problems.contains("clientsecret"),
+            "{key}: old problems in the denial: {m}"
+        );
+        assert!(v.warnings[0].contains("tokenurl"), "{key}: {:?}", v.warnings);
+    }
+}
+
+#[test]
+fn update_turning_a_valid_url_into_plain_http_is_refused() {
+    let mut worse = full_data();
+    worse["tokenurl"] = json!(b64("http://auth.example.com"));
+    let v = validate(&update(full_data(), worse, true), &cfg(), None);
+    assert!(message(&v).contains("key(s) tokenurl must hold an https URL"), "{v:?}");
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+}
+
+#[test]
+fn create_and_update_without_old_object_are_not_ratcheted() {
+    let v = validate(&secret_req("CREATE", incomplete(), Value::Null, true), &cfg(), None);
+    assert!(!v.allowed());
+    assert!(message(&v).contains("missing key(s): tokenurl"), "{}", message(&v));
+    let v = validate(&secret_req("UPDATE", incomplete(), Value::Null, true), &cfg(), None);
+    assert!(
+        !v.allowed(),
+        "an UPDATE without oldObject has nothing to ratchet against"
+    );
+}
+
+#[test]
+fn ratcheted_update_of_an_unlabelled_secret_carries_both_warnings() {
+    let v = validate(&update(incomplete(), incomplete(), false), &cfg(), None);
+    assert!(v.allowed());
+    assert_eq!(v.warnings.len(), 2, "{:?}", v.warnings);
+}
+
 #[test]
 fn secret_delete_and_other_secrets_are_allowed() {
     let req = request(

@@ -1,6 +1,7 @@
 //! docs/ is written for users of the repository and must agree with the code: the status-reason table is
-//! generated from `api/src/reason.rs`, every section of `behaviour.md` cited anywhere exists, links
-//! between the docs resolve, and nothing points at files outside the repository.
+//! generated from `api/src/reason.rs`, every section of `behaviour.md` cited anywhere exists, every relative
+//! link (file and `#section`) in the repository's markdown resolves, the README stays a front door, and nothing
+//! points at files outside the repository.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -51,12 +52,78 @@ fn slug(heading: &str) -> String {
         .collect()
 }
 
+/// The lines of `markdown` outside fenced code blocks (a `#` comment in a shell block is no heading, a `](` in
+/// an example no link).
+fn prose_lines(markdown: &str) -> impl Iterator<Item = &str> {
+    let mut fenced = false;
+    markdown.lines().filter(move |l| {
+        if l.trim_start().starts_with("```") {
+            fenced = !fenced;
+            return false;
+        }
+        !fenced
+    })
+}
+
+/// The anchors GitHub gives the headings of `markdown`: a repeated heading's anchor gets `-1`, `-2`, ...
 fn anchors(markdown: &str) -> BTreeSet<String> {
-    markdown
-        .lines()
-        .filter(|l| l.starts_with('#'))
-        .map(|l| slug(l.trim_start_matches('#')))
-        .collect()
+    let mut out = BTreeSet::new();
+    for line in prose_lines(markdown).filter(|l| l.starts_with('#')) {
+        let base = slug(line.trim_start_matches('#'));
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while !out.insert(anchor.clone()) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+    }
+    out
+}
+
+/// The targets of the inline links `[text](target)` of `markdown`, outside code blocks and code spans.
+fn link_targets(markdown: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in prose_lines(markdown) {
+        // Code spans are the odd-numbered pieces between backticks; their text is no link.
+        let prose: String = line
+            .split('`')
+            .enumerate()
+            .map(|(i, piece)| if i % 2 == 0 { piece } else { "" })
+            .collect();
+        for (at, _) in prose.match_indices("](") {
+            let target: String = prose[at + 2..].chars().take_while(|c| *c != ')').collect();
+            out.push(target);
+        }
+    }
+    out
+}
+
+/// What is wrong with the relative links of the markdown file `file` (its text `text`): each a link to a file
+/// that does not exist, or to a section (`#anchor`) its target, or `file` itself, does not have.
+fn broken_links(file: &Path, text: &str) -> Vec<String> {
+    let mut broken = Vec::new();
+    for target in link_targets(text) {
+        if target.contains("://") || target.starts_with("mailto:") {
+            continue;
+        }
+        let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+        let linked = file.parent().unwrap().join(path);
+        if !path.is_empty() && !linked.exists() {
+            broken.push(format!("{target}: no such file"));
+        } else if !anchor.is_empty() {
+            let sections = if path.is_empty() {
+                anchors(text)
+            } else if path.ends_with(".md") {
+                anchors(&read(&linked))
+            } else {
+                continue;
+            };
+            if !sections.contains(anchor) {
+                broken.push(format!("{target}: no such section"));
+            }
+        }
+    }
+    broken
 }
 
 #[test]
@@ -97,32 +164,84 @@ fn every_cited_behaviour_section_exists() {
 }
 
 #[test]
-fn links_between_the_docs_resolve() {
-    let docs = root().join("docs");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&docs).unwrap().map(|e| e.unwrap().path()).collect();
-    files.push(root().join("README.md"));
-    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "md")) {
+fn every_relative_link_in_the_markdown_resolves() {
+    let files: Vec<PathBuf> = repository_files()
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "md"))
+        .collect();
+    for required in [
+        "README.md",
+        "docs/architecture.md",
+        "docs/testing.md",
+        "docs/install.md",
+    ] {
+        assert!(files.contains(&root().join(required)), "{required} is checked");
+    }
+    let mut links = 0;
+    let mut broken = Vec::new();
+    for file in &files {
         let text = read(file);
-        for (at, _) in text.match_indices("](") {
-            let target: String = text[at + 2..].chars().take_while(|c| *c != ')').collect();
-            if target.starts_with("http") || target.starts_with('#') {
-                continue;
-            }
-            let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
-            let linked = file.parent().unwrap().join(path);
-            assert!(
-                linked.exists(),
-                "{} links to {target}, which does not exist",
-                file.display()
-            );
-            if !anchor.is_empty() && path.ends_with(".md") {
-                assert!(
-                    anchors(&read(&linked)).contains(anchor),
-                    "{} links to {target}: no such section",
-                    file.display()
-                );
-            }
-        }
+        links += link_targets(&text).len();
+        let relative = file.strip_prefix(root()).unwrap_or(file).display().to_string();
+        broken.extend(
+            broken_links(file, &text)
+                .into_iter()
+                .map(|b| format!("{relative}: {b}")),
+        );
+    }
+    assert!(broken.is_empty(), "broken links: {broken:#?}");
+    assert!(links >= 100, "the docs link to each other ({links} links found)");
+}
+
+#[test]
+fn the_link_check_finds_a_missing_file_and_a_missing_section() {
+    let file = root().join("docs/example.md");
+    let text = "# Example\n\n## A section\n\n```sh\n# not a heading\n```\n\n\
+                [ok](install.md) [ok](install.md#uninstalling) [ok](#a-section) [ok](../README.md)\n\
+                [gone](nowhere.md) [gone](install.md#nowhere) [gone](#not-a-heading) \
+                `[code](not-checked.md)` [web](https://example.com/x.md)\n";
+    assert_eq!(
+        broken_links(&file, text),
+        [
+            "nowhere.md: no such file",
+            "install.md#nowhere: no such section",
+            "#not-a-heading: no such section"
+        ]
+    );
+}
+
+#[test]
+fn a_repeated_heading_gets_a_numbered_anchor() {
+    let anchors = anchors("# Doc\n## Kubernetes versions\n## Kubernetes versions\n### `run` flags?\n");
+    assert_eq!(
+        anchors,
+        BTreeSet::from(["doc", "kubernetes-versions", "kubernetes-versions-1", "run-flags"].map(String::from))
+    );
+}
+
+/// The README is the front door: short, and the two commands a newcomer runs first, as `sh` blocks of their
+/// own (`.ci/run` runs the second).
+#[test]
+fn the_readme_is_a_front_door() {
+    let readme = read(&root().join("README.md"));
+    let chars = readme.chars().count();
+    assert!(
+        chars <= 10_000,
+        "README.md has {chars} characters; at most 10,000 (the rest belongs in docs/)"
+    );
+    for command in ["cargo run --release -- local", "scripts/test"] {
+        assert!(
+            readme.contains(&format!("```sh\n{command}\n```")),
+            "README.md shows `{command}` in an sh block of its own"
+        );
+    }
+    for linked in [
+        "docs/install.md",
+        "docs/architecture.md",
+        "docs/testing.md",
+        "docs/operations.md",
+    ] {
+        assert!(readme.contains(&format!("]({linked})")), "README.md links to {linked}");
     }
 }
 

@@ -336,3 +336,40 @@ async fn an_old_kubernetes_is_a_warning_that_says_what_degrades() {
     );
     cluster.stop_manager().await;
 }
+
+/// The API server's endpoint moves to a port the installed network policies do not allow (6443, as on
+/// kubeadm, kind and k3s): with the manager down, doctor fails `apiserver-egress` naming the port; once the
+/// manager runs again it renders the policies for the live EndpointSlices and doctor passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_cuts_the_manager_off_the_api_server_is_named_until_the_manager_renders_it_again() {
+    if real_cluster().is_some() {
+        return;
+    }
+    let mut cluster = Cluster::start(ServerConfig::default()).await;
+    assert_eq!(
+        line(&cluster.diagnose().await, "apiserver-egress").verdict,
+        Verdict::Pass,
+        "healthy at first"
+    );
+    cluster.stop_manager().await;
+    let slice = serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes-6443", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.1"]}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    });
+    common::install::apply(&cluster.admin, &[slice]).await;
+    let cut = line(&cluster.diagnose().await, "apiserver-egress");
+    assert_eq!(cut.verdict, Verdict::Fail, "{}", cut.message);
+    assert!(cut.message.contains("6443"), "names the port: {}", cut.message);
+    assert!(cut.fix.is_some());
+    cluster.start_manager().await;
+    eventually(
+        Duration::from_secs(20),
+        "the manager renders its policies for 6443",
+        || async { line(&cluster.diagnose().await, "apiserver-egress").verdict == Verdict::Pass },
+    )
+    .await;
+}

@@ -155,6 +155,51 @@ async fn a_deployment_that_never_becomes_available_is_an_error_after_the_ready_t
     env.stop().await;
 }
 
+/// After a deprovisioning removed the ServiceInstance/ServiceBinding CRDs, their watches stop: over the next
+/// 12 s at most one request per kind reaches the API server (one already on its way when the CRD went). A
+/// watch that kept retrying the 404 (its backoff: 250 ms, 500 ms, 1 s, 2 s, 4 s, then every 5 s) sent six or
+/// more in that time.
+#[tokio::test]
+async fn no_service_request_after_a_deprovisioning_removed_their_crds() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env = Env::start(Config::default(), true).await;
+    let Some(server) = env.embedded() else {
+        return env.stop().await;
+    };
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    env.delete_cr().await;
+    env.wait_cr_gone(30).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    eventually(
+        Duration::from_secs(30),
+        "the deprovisioning removed both CRDs",
+        || async {
+            let mut gone = true;
+            for plural in ["serviceinstances", "servicebindings"] {
+                let name = format!("{plural}.{}", names::SERVICES_GROUP);
+                gone &= crds.get_opt(&name).await.ok().flatten().is_none();
+            }
+            gone
+        },
+    )
+    .await;
+    let log = server.request_log();
+    let mark = log.len();
+    // An observation window, long enough for a retrying watch to show itself several times.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    for plural in ["serviceinstances", "servicebindings"] {
+        let sent: Vec<_> = log
+            .since(mark)
+            .into_iter()
+            .filter(|r| r.group == names::SERVICES_GROUP && r.resource == plural)
+            .map(|r| format!("{} {}?{} -> {}", r.method, r.path, r.query, r.code))
+            .collect();
+        assert!(sent.len() <= 1, "{plural} requests while its CRD is absent: {sent:#?}");
+    }
+    env.stop().await;
+}
+
 /// The ServiceInstance/ServiceBinding watches start when their CRDs appear (the first install creates
 /// them), and stop when they go: before the install, no request for them reaches the API server (a watch
 /// that retried a 404 every few seconds used to).

@@ -188,6 +188,12 @@ async fn step(mut w: W) -> Option<(Result<Bytes, Infallible>, W)> {
         }
         w.rx.borrow_and_update();
         w.pull();
+        // The resource is no longer served (its CRD was deleted): the watch ends, as kube-apiserver's does
+        // when it tears down a custom resource's storage; what was already pulled is still sent.
+        let (group, plural) = w.t.gr();
+        if !w.done_after_pending && w.st.registry.get(&group, &plural).is_none() {
+            w.done_after_pending = true;
+        }
         if !w.pending.is_empty() || w.done_after_pending {
             continue;
         }

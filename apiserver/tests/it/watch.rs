@@ -390,3 +390,33 @@ async fn kubeconfig_yaml_is_usable() {
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     api.create(&PostParams::default(), &cm("via-kubeconfig")).await.unwrap();
 }
+
+/// Deleting a CRD ends the watches of its custom resources (kube-apiserver tears down the resource's
+/// storage); a client that watches again gets 404, so a watcher that keeps retrying shows in the log.
+#[tokio::test]
+async fn deleting_a_crd_ends_the_watches_of_its_resources() {
+    let srv = start().await;
+    let client = srv.client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds.create(&PostParams::default(), &widget_crd(true)).await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &widget_ar());
+    let mut stream = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();
+    assert_eq!(srv.active_watches(), 1);
+    crds.delete(&crd.metadata.name.unwrap(), &DeleteParams::default())
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(event) = stream.next().await {
+            assert!(event.is_ok(), "no error event before the end: {event:?}");
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the watch ends with its CRD");
+    match api.watch(&WatchParams::default(), "0").await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 404),
+        other => panic!(
+            "a new watch of a deleted CRD's resource is 404: {:?}",
+            other.map(|_| ())
+        ),
+    }
+}

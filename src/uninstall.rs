@@ -201,19 +201,7 @@ pub async fn execute(
 
 /// `btp-manager uninstall --keep-operand`.
 pub async fn run(args: crate::cli::UninstallArgs) -> anyhow::Result<()> {
-    let client = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("using the kubeconfig {}", path.display()))?;
-            kube::Client::try_from(config).context("building the API client")?
-        }
-        None => kube::Client::try_default()
-            .await
-            .context("connecting with the current kubeconfig (or in-cluster configuration)")?,
-    };
+    let client = crate::manager::kubeconfig_client(args.kubeconfig.as_deref()).await?;
     let steps = plan(&args.namespace);
     execute(&client, &steps, args.apply, args.timeout, &mut std::io::stdout()).await
 }

@@ -586,6 +586,41 @@ fn apply_file(kubeconfig: &Path, file: &str) {
 }
 
 /// Whether `kind/name` (namespaced in kyma-system unless cluster-scoped) exists, asked through kubectl.
+/// After a rollback (the documented steps or `uninstall --keep-operand`): none of the manager's own
+/// registrations is left, in `kyma-system`, cluster-wide or in `default`.
+fn assert_nothing_of_ours_registered(kubeconfig: &Path) {
+    for (kind, name, namespaced) in [
+        (
+            "validatingwebhookconfiguration",
+            names::webhook::VALIDATING_CONFIGURATION,
+            false,
+        ),
+        (
+            "mutatingwebhookconfiguration",
+            names::webhook::MUTATING_CONFIGURATION,
+            false,
+        ),
+        ("service", names::webhook::SERVICE_NAME, true),
+        ("secret", names::webhook::CERT_SECRET_NAME, true),
+        ("networkpolicy", "btp-manager-allow-webhook", true),
+        ("poddisruptionbudget", "btp-manager-controller-manager", true),
+    ] {
+        assert!(
+            !exists(kubeconfig, kind, name, namespaced),
+            "{kind} {name} is left registered"
+        );
+    }
+    for (kind, name) in [
+        ("rolebinding", "btp-manager-api-server-endpoints-rolebinding"),
+        ("role", "btp-manager-api-server-endpoints-role"),
+    ] {
+        assert!(
+            !exists_in(kubeconfig, kind, name, Some("default")),
+            "{kind} default/{name} is left"
+        );
+    }
+}
+
 fn exists(kubeconfig: &Path, kind: &str, name: &str, namespaced: bool) -> bool {
     exists_in(kubeconfig, kind, name, namespaced.then_some(names::KYMA_SYSTEM))
 }
@@ -767,36 +802,7 @@ async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_
         .expect("a BtpOperator create is accepted after the rollback");
     // Nothing of ours registered; the objects the Go install shares by name stay for it to replace.
     let kubeconfig = &installed.kubeconfig;
-    for (kind, name, namespaced) in [
-        (
-            "validatingwebhookconfiguration",
-            names::webhook::VALIDATING_CONFIGURATION,
-            false,
-        ),
-        (
-            "mutatingwebhookconfiguration",
-            names::webhook::MUTATING_CONFIGURATION,
-            false,
-        ),
-        ("service", names::webhook::SERVICE_NAME, true),
-        ("secret", names::webhook::CERT_SECRET_NAME, true),
-        ("networkpolicy", "btp-manager-allow-webhook", true),
-        ("poddisruptionbudget", "btp-manager-controller-manager", true),
-    ] {
-        assert!(
-            !exists(kubeconfig, kind, name, namespaced),
-            "{kind} {name} is left registered"
-        );
-    }
-    for (kind, name) in [
-        ("rolebinding", "btp-manager-api-server-endpoints-rolebinding"),
-        ("role", "btp-manager-api-server-endpoints-role"),
-    ] {
-        assert!(
-            !exists_in(kubeconfig, kind, name, Some("default")),
-            "{kind} default/{name} is left"
-        );
-    }
+    assert_nothing_of_ours_registered(kubeconfig);
     for (kind, name, namespaced) in [
         ("deployment", "btp-manager-controller-manager", true),
         ("clusterrole", "btp-manager-manager-role", false),
@@ -945,27 +951,7 @@ async fn uninstall_keep_operand_is_a_dry_run_unless_applied_and_then_unregisters
         applied.contains("scaled Deployment kyma-system/btp-manager-controller-manager to 0 replicas"),
         "{applied}"
     );
-    for (kind, name, namespaced) in [
-        (
-            "validatingwebhookconfiguration",
-            names::webhook::VALIDATING_CONFIGURATION,
-            false,
-        ),
-        (
-            "mutatingwebhookconfiguration",
-            names::webhook::MUTATING_CONFIGURATION,
-            false,
-        ),
-        ("service", names::webhook::SERVICE_NAME, true),
-        ("secret", names::webhook::CERT_SECRET_NAME, true),
-        ("networkpolicy", "btp-manager-allow-webhook", true),
-        ("poddisruptionbudget", "btp-manager-controller-manager", true),
-    ] {
-        assert!(
-            !exists(&kubeconfig, kind, name, namespaced),
-            "{kind} {name} is left registered"
-        );
-    }
+    assert_nothing_of_ours_registered(&kubeconfig);
     for (kind, name, namespaced) in [
         ("deployment", "btp-manager-controller-manager", true),
         (

@@ -12,7 +12,6 @@ pub mod target;
 pub use report::{Check, Report, Verdict};
 pub use target::Target;
 
-use anyhow::Context as _;
 
 /// Every check against the cluster of `client`.
 pub async fn diagnose(client: &kube::Client, target: &Target) -> Report {
@@ -21,19 +20,7 @@ pub async fn diagnose(client: &kube::Client, target: &Target) -> Report {
 
 /// `btp-manager doctor`: print the report; healthy (exit code 0) when nothing failed.
 pub async fn run(args: crate::cli::DoctorArgs) -> anyhow::Result<bool> {
-    let client = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("using the kubeconfig {}", path.display()))?;
-            kube::Client::try_from(config).context("building the API client")?
-        }
-        None => kube::Client::try_default()
-            .await
-            .context("connecting with the current kubeconfig (or in-cluster configuration)")?,
-    };
+    let client = crate::manager::kubeconfig_client(args.kubeconfig.as_deref()).await?;
     let target = Target {
         namespace: args.namespace,
         service_account: args.service_account,

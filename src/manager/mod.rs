@@ -44,6 +44,24 @@ pub fn manager_client(config: kube::Config) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(reconciler::cluster::client_config(config)).context("building the Kubernetes client")
 }
 
+/// A client for the commands that act on a cluster from outside it (`doctor`, `uninstall`): from
+/// `kubeconfig` when given, else the current kubeconfig or the in-cluster configuration.
+pub async fn kubeconfig_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("using the kubeconfig {}", path.display()))?;
+            kube::Client::try_from(config).context("building the API client")
+        }
+        None => kube::Client::try_default()
+            .await
+            .context("connecting with the current kubeconfig (or in-cluster configuration)"),
+    }
+}
+
 /// A manager about to start: its options, the reconciler's context (the module resources and network
 /// policies loaded), and the metrics registry. [`ManagerBuilder::start`] starts everything `run` runs;
 /// [`ManagerBuilder::start_reconciler`] only the reconciler (behind leader election if asked).

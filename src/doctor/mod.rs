@@ -12,7 +12,6 @@ pub mod target;
 pub use report::{Check, Report, Verdict};
 pub use target::Target;
 
-
 /// Every check against the cluster of `client`.
 pub async fn diagnose(client: &kube::Client, target: &Target) -> Report {
     observe::all(client, target).await

@@ -137,16 +137,23 @@ pub async fn resolve(
     tolerate_unknown: bool,
 ) -> Result<Kinds, KindsError> {
     let mut kinds = known.clone();
-    let mut asked = std::collections::BTreeSet::new();
-    for (api_version, kind, _) in wanted {
-        if kinds.get(api_version, kind).is_some() || !asked.insert(api_version.clone()) {
-            continue;
-        }
-        let answer = if api_version.contains('/') {
+    // Every apiVersion not yet known, asked at once: one round trip for all of them, not one each.
+    let mut unknown: Vec<&String> = wanted
+        .iter()
+        .filter(|(api_version, kind, _)| kinds.get(api_version, kind).is_none())
+        .map(|(api_version, _, _)| api_version)
+        .collect();
+    unknown.sort();
+    unknown.dedup();
+    let answers = futures::future::join_all(unknown.iter().map(|api_version| async move {
+        if api_version.contains('/') {
             super::cluster::retrying(|| client.list_api_group_resources(api_version)).await
         } else {
             super::cluster::retrying(|| client.list_core_api_resources(api_version)).await
-        };
+        }
+    }))
+    .await;
+    for (api_version, answer) in unknown.into_iter().zip(answers) {
         match answer {
             Ok(list) => kinds.0.extend(from_discovery(api_version, &list).0),
             Err(kube::Error::Api(s)) if s.code == 404 => {}

@@ -242,15 +242,19 @@ pub async fn elect(election: LeaderElection, leading: watch::Sender<bool>, mut r
             if let Next::Wait(left) = decide(&seen, &me, Instant::now()) {
                 // Held by another: wait for its term to run out, or for a change (a renewal restarts the clock,
                 // a release frees it at once).
-                let until = tokio::time::Instant::now() + left;
+                let mut until = tokio::time::Instant::now() + left;
                 let released = loop {
                     tokio::select! {
                         biased;
                         _ = &mut release => break true,
                         Some(Ok(lease)) = changes.next() => {
-                            observed = Observed::note(observed.as_ref(), &lease, Instant::now());
-                            if observed.as_ref().is_some_and(|o| o.holder().is_none()) {
-                                break false;
+                            let now = Instant::now();
+                            observed = Observed::note(observed.as_ref(), &lease, now);
+                            match observed.as_ref().map(|o| decide(o, &me, now)) {
+                                // A renewal seen: the holder's term runs from now (no read at the old end).
+                                Some(Next::Wait(left)) => until = tokio::time::Instant::now() + left,
+                                // Released (or ours): read it and take it.
+                                _ => break false,
                             }
                         }
                         () = tokio::time::sleep_until(until) => break false,

@@ -18,6 +18,8 @@ pub struct CrMemory {
     ready_wait: Option<(Instant, bool)>,
     /// The hard delete: when it began, and whether it was given up (soft delete instead).
     hard_delete: Option<(Instant, bool)>,
+    /// The state this term last announced with an Event.
+    announced: Option<btp_api::State>,
 }
 
 impl CrMemory {
@@ -27,8 +29,16 @@ impl CrMemory {
             self.uid = uid.to_string();
             self.ready_wait = None;
             self.hard_delete = None;
+            self.announced = None;
         }
         self
+    }
+
+    /// Whether the CR `uid` entering `state` is news to announce: not when this term announced it last (a
+    /// pass that started from a copy of the CR older than the last status write sees the change again).
+    pub fn announce(&mut self, uid: &str, state: btp_api::State) -> bool {
+        let this = self.of(uid);
+        this.announced.replace(state) != Some(state)
     }
 
     /// When the CR `uid` began waiting for the operand Deployment (`now`, on the first call of this wait),

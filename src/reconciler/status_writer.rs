@@ -75,7 +75,10 @@ impl<'a> StatusWriter<'a> {
         super::cluster::retry::retrying(|| self.api.patch_status(&name, &patch_params, &patch))
             .await
             .map_err(api_err("writing the BtpOperator status"))?;
-        let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state);
+        let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state)
+            && self
+                .ctx
+                .memory(|m| m.announce(&self.cr.uid().unwrap_or_default(), next.state));
         if let (true, Some(outcome)) = (changed_state, outcome) {
             let type_ = match next.state {
                 State::Error | State::Warning => EventType::Warning,

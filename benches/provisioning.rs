@@ -154,8 +154,8 @@ async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config)
     let ctx = running.ctx.clone();
     let watching = |resource: &str| timeline.watching(&format!("/{resource}"));
     let deadline = Instant::now() + Duration::from_secs(30);
-    let caches_ready = || ctx.caches().is_some_and(|c| c.ready());
-    while !(ctx.operand_secrets().is_some() && watching("btpoperators") && caches_ready()) {
+    let view_ready = || ctx.view().is_some_and(|v| v.ready());
+    while !(watching("btpoperators") && view_ready()) {
         assert!(Instant::now() < deadline, "the manager's watches did not start");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }

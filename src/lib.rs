@@ -17,7 +17,8 @@
 //! - `reconciler`: the BtpOperator reconcile loop (pure decisions in its submodules).
 //! - `shipped`: what `deploy/` installs, built in (for `local` and `doctor`).
 //! - `uninstall`: `btp-manager uninstall --keep-operand`, the way back to the Go BTP Manager.
-//! - `ops`: metrics and health endpoints; `telemetry`: logging; `watch_backoff`: how watches retry.
+//! - `ops`: metrics and health endpoints; `telemetry`: logging; `watch_backoff`: how watches retry; `sync`: locks
+//!   that outlive a panicking holder.
 //! - `fence`: the right to write that leader election grants; `rest_client`: the client every part of the
 //!   manager sends through (fencing of writes, request metrics).
 
@@ -36,6 +37,7 @@ pub mod ops;
 pub mod reconciler;
 pub mod rest_client;
 pub mod shipped;
+pub mod sync;
 pub mod tasks;
 pub mod telemetry;
 pub mod uninstall;

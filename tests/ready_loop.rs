@@ -240,7 +240,7 @@ async fn a_steady_state_reconcile_changes_no_resource_version() {
             .collect();
         assert!(patches.is_empty(), "steady-state reconciles sent applies: {patches:?}");
         // What they compared came from the manager's caches: not one read of the operand's objects.
-        assert!(ctx.caches().is_some_and(|c| c.ready()), "the caches answer");
+        assert!(ctx.view().is_some_and(|v| v.ready()), "the view answers");
         let reads: Vec<_> = entries
             .iter()
             .filter(|r| r.verb == "get" && (r.name.starts_with("sap-btp-operator") || r.name.ends_with("-server-cert")))

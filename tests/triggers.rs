@@ -126,16 +126,11 @@ async fn a_secret_change_during_an_early_pass_is_not_lost() {
         .expect("delete the metrics Service");
     eventually(
         Duration::from_secs(10),
-        "the manager's cache sees the Service gone",
+        "the manager's view sees the Service gone",
         || async {
-            env.ctx.caches().and_then(|c| {
-                c.object(btp_manager::reconciler::cache::Lookup::new(
-                    "v1",
-                    "Service",
-                    Some(names::KYMA_SYSTEM),
-                    METRICS_SERVICE,
-                ))
-            }) == Some(None)
+            use btp_manager::reconciler::view::{ObjectKey, Read};
+            let key = ObjectKey::core("Service", names::KYMA_SYSTEM, METRICS_SERVICE);
+            env.ctx.view().map(|v| v.module_object(&key, false)) == Some(Read::Absent)
         },
     )
     .await;

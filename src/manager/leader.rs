@@ -1,16 +1,12 @@
 //! Leader election (docs/behaviour.md#leader-election): compete for the Go manager's Lease, reconcile
 //! while holding it, release it at shutdown.
 
-use super::lease;
-use crate::fence::Fence;
+use super::lease::{self, LeaderElection};
 use crate::reconciler::{self, Context};
 use crate::tasks::AbortOnDrop;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-
-/// Lease name (docs/behaviour.md#leader-election), the Go manager's.
-pub const LEADER_LEASE: &str = "ec023d38.kyma-project.io";
 
 /// The Lease duration when none is given (`--leader-election-lease-duration`).
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -39,32 +35,6 @@ fn identity(pod: &str, suffix: u64) -> String {
 pub fn process_identity() -> String {
     let pod = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("btp-manager-{}", std::process::id()));
     identity(&pod, random_u64())
-}
-
-/// Who competes for [`LEADER_LEASE`], and where.
-#[derive(Clone)]
-pub struct LeaderElection {
-    /// The client.
-    pub client: kube::Client,
-    /// Namespace of the Lease (the manager's).
-    pub namespace: String,
-    /// This replica's identity ([`process_identity`]).
-    pub identity: String,
-    /// How long the Lease lasts without renewal (`--leader-election-lease-duration`).
-    pub lease_duration: Duration,
-    /// Opened by every acquire and renewal that succeeded, for [`Timing::valid_for`].
-    pub fence: Fence,
-}
-
-impl LeaderElection {
-    /// Make sure the Lease can be read, and exists (created without a holder when absent).
-    pub async fn prepare(&self) -> Result<(), kube::Error> {
-        lease::read_or_create(&self.leases()).await.map(|_| ())
-    }
-
-    pub(super) fn leases(&self) -> kube::Api<k8s_openapi::api::coordination::v1::Lease> {
-        kube::Api::namespaced(self.client.clone(), &self.namespace)
-    }
 }
 
 /// Reconcile while holding the lease; stop reconciling when it is lost, resume when regained; publish

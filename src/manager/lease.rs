@@ -20,7 +20,36 @@ use kube::runtime::{watcher, WatchStreamExt as _};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 
-use super::leader::{LeaderElection, LEADER_LEASE};
+use crate::fence::Fence;
+
+/// Lease name (docs/behaviour.md#leader-election), the Go manager's.
+pub const LEADER_LEASE: &str = "ec023d38.kyma-project.io";
+
+/// Who competes for [`LEADER_LEASE`], and where.
+#[derive(Clone)]
+pub struct LeaderElection {
+    /// The client.
+    pub client: kube::Client,
+    /// Namespace of the Lease (the manager's).
+    pub namespace: String,
+    /// This replica's identity ([`super::leader::process_identity`]).
+    pub identity: String,
+    /// How long the Lease lasts without renewal (`--leader-election-lease-duration`).
+    pub lease_duration: Duration,
+    /// Opened by every acquire and renewal that succeeded, for [`Timing::valid_for`].
+    pub fence: Fence,
+}
+
+impl LeaderElection {
+    /// Make sure the Lease can be read, and exists (created without a holder when absent).
+    pub async fn prepare(&self) -> Result<(), kube::Error> {
+        read_or_create(&self.leases()).await.map(|_| ())
+    }
+
+    pub(super) fn leases(&self) -> kube::Api<k8s_openapi::api::coordination::v1::Lease> {
+        kube::Api::namespaced(self.client.clone(), &self.namespace)
+    }
+}
 
 /// The rhythm of one Lease duration, in client-go's proportions (15 s / 10 s renew deadline).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

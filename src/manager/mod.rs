@@ -18,7 +18,8 @@ pub mod probes;
 pub mod shutdown;
 pub mod webhooks;
 
-pub use leader::{LeaderElection, DEFAULT_LEASE_DURATION, LEADER_LEASE};
+pub use leader::DEFAULT_LEASE_DURATION;
+pub use lease::{LeaderElection, LEADER_LEASE};
 pub use options::Options;
 pub use probes::Probes;
 pub use shutdown::RECONCILER_STOP_BUDGET;

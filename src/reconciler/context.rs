@@ -1,19 +1,19 @@
 //! What every reconcile shares: the client, the settings (configuration and the operand's manifests, one
-//! snapshot per change), metrics, the Event recorder, and what is remembered about the CR from one pass to
-//! the next ([`CrMemory`]: the deletion flag, the `ReadyTimeout` wait and the hard delete).
+//! snapshot per change), metrics, the Event recorder, the term's [`ClusterView`] (what a pass reads), and
+//! what is remembered about the CR from one pass to the next ([`CrMemory`]: the deletion flag, the
+//! `ReadyTimeout` wait and the hard delete). What belongs to a leadership term is dropped with it.
 
 use super::gate::Gate;
 use super::memory::CrMemory;
 use super::metrics::ReconcileMetrics;
+use super::view::ClusterView;
 use crate::config::{Config, Settings};
+use crate::sync::{lock, read, replace};
 use btp_api::BtpOperator;
-use k8s_openapi::api::core::v1::Secret;
-use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Resource as _;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -55,19 +55,10 @@ struct Term {
     gate: Mutex<Gate>,
     /// Passes begun in this term (the controller's start watchdog looks for the first).
     passes: std::sync::atomic::AtomicU64,
-    /// The operand Secrets we created, anywhere in the cluster (metadata only), kept by a watch that
-    /// `controller::run` starts: drift reads them on every pass without a cluster-wide list.
-    operand_secrets: RwLock<Option<Store<PartialObjectMeta<Secret>>>>,
-    /// The credentials Secret (`namespace`, `name`, and the store of the watch on it) that
-    /// `controller::run` keeps: a pass reads it without a request.
-    required_secret: RwLock<Option<(String, String, Store<Secret>)>>,
-    /// The watch-fed copies passes read (`controller::run` starts them with the term).
-    caches: RwLock<Option<Arc<super::cache::Caches>>>,
+    /// What passes read ([`super::view`]; `controller::run` starts its watches with the term).
+    view: RwLock<Option<Arc<ClusterView>>>,
     /// What passes hand the credentials check, and its verdicts ([`crate::credentials_check`]).
     credentials_check: Arc<crate::credentials_check::Exchange>,
-    /// The `default/kubernetes` EndpointSlices (the API server's ports the network policies allow), kept
-    /// by a watch that `controller::run` starts.
-    api_server_slices: RwLock<Option<Store<k8s_openapi::api::discovery::v1::EndpointSlice>>>,
     /// The module-resource kinds resolved by discovery in this term ([`super::kinds`]).
     kinds: RwLock<Arc<super::kinds::Kinds>>,
 }
@@ -80,37 +71,10 @@ impl Term {
             failures: AtomicU32::new(0),
             gate: Mutex::new(Gate::default()),
             passes: std::sync::atomic::AtomicU64::new(0),
-            operand_secrets: RwLock::new(None),
-            required_secret: RwLock::new(None),
-            caches: RwLock::new(None),
+            view: RwLock::new(None),
             credentials_check: Arc::default(),
-            api_server_slices: RwLock::new(None),
             kinds: RwLock::new(Arc::default()),
         }
-    }
-}
-
-/// A mutex locked (a poisoned lock still holds a usable value).
-pub(super) fn clock<T>(slot: &Mutex<T>) -> MutexGuard<'_, T> {
-    match slot.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
-/// Read a lock (a poisoned lock still holds a usable value).
-fn read<T: Clone>(slot: &RwLock<T>) -> T {
-    match slot.read() {
-        Ok(g) => g.clone(),
-        Err(p) => p.into_inner().clone(),
-    }
-}
-
-/// Replace a lock's value.
-fn write<T>(slot: &RwLock<T>, value: T) {
-    match slot.write() {
-        Ok(mut g) => *g = value,
-        Err(p) => *p.into_inner() = value,
     }
 }
 
@@ -148,7 +112,7 @@ impl Context {
     /// the operand Secrets' store — and the settings are again the ones the process started with (the
     /// runtime ConfigMap is read again on top).
     pub fn begin_term(&self) {
-        write(&self.term, Arc::new(Term::new(self.base.clone())));
+        replace(&self.term, Arc::new(Term::new(self.base.clone())));
     }
 
     /// The configuration the process started with (defaults and flags, without the runtime ConfigMap).
@@ -173,14 +137,14 @@ impl Context {
         self.term().settings.subscribe()
     }
 
-    /// Read through `caches` from now on (see [`super::cache`]).
-    pub fn set_caches(&self, caches: Arc<super::cache::Caches>) {
-        write(&self.term().caches, Some(caches));
+    /// Read through `view` for the rest of the term.
+    pub fn set_view(&self, view: Arc<ClusterView>) {
+        replace(&self.term().view, Some(view));
     }
 
-    /// This term's caches, once started (a pass without them reads from the API server).
-    pub fn caches(&self) -> Option<Arc<super::cache::Caches>> {
-        read(&self.term().caches)
+    /// This term's view, once started (a pass without one reads from the API server).
+    pub fn view(&self) -> Option<Arc<ClusterView>> {
+        read(&self.term().view)
     }
 
     /// The kinds resolved in this term so far (empty at its start: the built-in table answers).
@@ -190,51 +154,7 @@ impl Context {
 
     /// Remember `kinds` for the rest of the term.
     pub fn set_kinds(&self, kinds: Arc<super::kinds::Kinds>) {
-        write(&self.term().kinds, kinds);
-    }
-
-    /// Keep the API server's EndpointSlices in `store` from now on (see [`Context::api_server_slices`]).
-    pub fn set_api_server_slices(&self, store: Store<k8s_openapi::api::discovery::v1::EndpointSlice>) {
-        write(&self.term().api_server_slices, Some(store));
-    }
-
-    /// The API server's EndpointSlices' store once its first list has completed; None before (the caller
-    /// lists them itself).
-    pub fn api_server_slices(&self) -> Option<Store<k8s_openapi::api::discovery::v1::EndpointSlice>> {
-        let store = read(&self.term().api_server_slices)?;
-        super::cache::listed(&store).then_some(store)
-    }
-
-    /// Keep the operand Secrets in `store` from now on (see [`Context::operand_secrets`]).
-    pub fn set_operand_secrets(&self, store: Store<PartialObjectMeta<Secret>>) {
-        write(&self.term().operand_secrets, Some(store));
-    }
-
-    /// The operand Secrets' store once its first list has completed; None before (or without a watch):
-    /// then the caller lists them itself.
-    pub fn operand_secrets(&self) -> Option<Store<PartialObjectMeta<Secret>>> {
-        let store = read(&self.term().operand_secrets)?;
-        super::cache::listed(&store).then_some(store)
-    }
-
-    /// Keep the credentials Secret `namespace`/`name` in `store` from now on (see [`Context::required_secret`]).
-    pub fn set_required_secret(&self, namespace: &str, name: &str, store: Store<Secret>) {
-        write(
-            &self.term().required_secret,
-            Some((namespace.to_string(), name.to_string(), store)),
-        );
-    }
-
-    /// The credentials Secret `namespace`/`name` as the watch on it last saw it (`Some(None)`: it does not
-    /// exist), once the watch's first list has completed; None before, or when the watch is on another
-    /// Secret: then the caller reads it itself. The watch brings a pass after every change it stores, so a
-    /// pass never acts on a Secret older than the change that brought it.
-    pub fn required_secret(&self, namespace: &str, name: &str) -> Option<Option<Secret>> {
-        let (ns, n, store) = read(&self.term().required_secret)?;
-        if ns != namespace || n != name {
-            return None;
-        }
-        super::cache::listed(&store).then(|| store.get(&ObjectRef::new(name).within(namespace)).map(|s| (*s).clone()))
+        replace(&self.term().kinds, kinds);
     }
 
     /// This term's exchange with the credentials check: passes hand it what they read, and write its verdict.
@@ -263,14 +183,14 @@ impl Context {
 
     /// Read or change what is remembered about the CR ([`CrMemory`]; the lock is held only for `f`).
     pub fn memory<T>(&self, f: impl FnOnce(&mut CrMemory) -> T) -> T {
-        f(&mut clock(&self.term().memory))
+        f(&mut lock(&self.term().memory))
     }
 
     /// A pass begins (see [`Gate::begin_pass`]).
     pub fn begin_pass(&self) {
         let term = self.term();
         term.passes.fetch_add(1, Ordering::SeqCst);
-        clock(&term.gate).begin_pass();
+        lock(&term.gate).begin_pass();
     }
 
     /// Passes begun in this term.
@@ -283,7 +203,7 @@ impl Context {
     pub fn record_success(&self) -> bool {
         let term = self.term();
         term.failures.store(0, Ordering::SeqCst);
-        let rerun = clock(&term.gate).succeeded();
+        let rerun = lock(&term.gate).succeeded();
         rerun
     }
 
@@ -294,7 +214,7 @@ impl Context {
         let term = self.term();
         let failures = term.failures.fetch_add(1, Ordering::SeqCst).saturating_add(1);
         let delay = backoff(failures);
-        clock(&term.gate).failed(Instant::now() + delay);
+        lock(&term.gate).failed(Instant::now() + delay);
         (failures, delay)
     }
 
@@ -305,7 +225,7 @@ impl Context {
 
     /// How long until the retry of the last failed pass is due (zero when it is due, or none is).
     pub fn retry_in(&self) -> Duration {
-        clock(&self.term().gate)
+        lock(&self.term().gate)
             .retry_at()
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()))
     }
@@ -314,11 +234,11 @@ impl Context {
     /// write while a failed pass waits for its retry (the trigger is then deferred, never dropped: see
     /// [`Gate`]).
     pub fn admit_trigger(&self, cause: super::gate::Cause) -> bool {
-        clock(&self.term().gate).admit(Instant::now(), cause)
+        lock(&self.term().gate).admit(Instant::now(), cause)
     }
 
     /// Whether a failed reconcile waits for its retry.
     pub fn backing_off(&self) -> bool {
-        clock(&self.term().gate).backing_off(Instant::now())
+        lock(&self.term().gate).backing_off(Instant::now())
     }
 }

@@ -9,7 +9,6 @@ use crate::tasks::BoxedFuture;
 use crate::watch_backoff::WatchBackoff;
 use btp_api::{names, BtpOperator};
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -115,55 +114,6 @@ fn verdict_changes(
         Some(((), verdicts))
     })
     .filter_map(move |()| std::future::ready(wake(Cause::Ours)))
-}
-
-/// Keep the context's store of operand Secrets (metadata only, only ours, in every namespace) current,
-/// as the Go manager's label-filtered informer cache does: drift reads it on every pass, and a pass then
-/// costs nothing that grows with the cluster's other Secrets.
-async fn keep_operand_secrets(ctx: Arc<Context>) {
-    let selector = super::cluster::operand_secrets_selector();
-    let config = watcher::Config::default()
-        .labels(selector.label_selector.as_deref().unwrap_or_default())
-        .fields(selector.field_selector.as_deref().unwrap_or_default());
-    let (store, writer) = kube::runtime::reflector::store();
-    ctx.set_operand_secrets(store);
-    watcher::watcher(Api::<PartialObjectMeta<Secret>>::all(ctx.client.clone()), config)
-        .backoff(WatchBackoff::default())
-        .reflect(writer)
-        .for_each(|event| {
-            if let Err(e) = event {
-                tracing::debug!(error = %e, "operand Secrets watch");
-            }
-            std::future::ready(())
-        })
-        .await;
-}
-
-/// The `default/kubernetes` EndpointSlices, kept in the context's store (passes read their ports from it),
-/// as triggers: every change of them brings the CR back.
-fn api_server_slices(ctx: &Arc<Context>) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
-    use crate::reconciler::network_policies::{API_SERVER_SLICES_NAMESPACE, API_SERVER_SLICES_SELECTOR};
-    use k8s_openapi::api::discovery::v1::EndpointSlice;
-    let (store, writer) = kube::runtime::reflector::store();
-    ctx.set_api_server_slices(store);
-    let wake = waker(ctx);
-    watcher::watcher(
-        Api::<EndpointSlice>::namespaced(ctx.client.clone(), API_SERVER_SLICES_NAMESPACE),
-        watcher::Config::default().labels(API_SERVER_SLICES_SELECTOR),
-    )
-    .backoff(WatchBackoff::default())
-    .reflect(writer)
-    .touched_objects()
-    .filter_map(move |slice| {
-        std::future::ready(match slice {
-            // The API server's own: the manager never writes them.
-            Ok(_) => wake(Cause::Theirs),
-            Err(e) => {
-                tracing::debug!(error = %e, "API server EndpointSlices watch");
-                None
-            }
-        })
-    })
 }
 
 /// Deletions of `kind` (ServiceInstance or ServiceBinding), as triggers while the CR is being deleted.
@@ -293,17 +243,6 @@ fn waker(ctx: &Arc<Context>) -> impl Fn(Cause) -> Option<ObjectRef<BtpOperator>>
     move |cause| ctx.admit_trigger(cause).then(the_cr)
 }
 
-/// Whether a change of the credentials Secret echoes the manager's own write of it (its drift annotations,
-/// recorded in the caches' pending writes) or is someone else's.
-fn secret_cause(ctx: &Context, secret: &Secret) -> Cause {
-    use kube::ResourceExt as _;
-    let Some(caches) = ctx.caches() else {
-        return Cause::Theirs;
-    };
-    let key = ("Secret".to_string(), secret.namespace(), secret.name_any());
-    caches.echo(&key, secret.metadata.resource_version.as_deref())
-}
-
 /// A hash of what a reconcile reads from the CR besides its status: identity, generation, labels,
 /// annotations, finalizers and deletion. Status-only updates hash the same and are filtered out.
 pub fn everything_but_status(cr: &BtpOperator) -> Option<u64> {
@@ -343,7 +282,6 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     let triggered = settings_changes(ctx.watch_settings());
     // Ends with this controller, however it ends (a dropped future included).
     let _config_task = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_config(ctx.clone(), flags)));
-    let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
     // The credentials check of this term (only the leader runs a term): a new verdict brings a pass, which
     // writes it.
     let exchange = ctx.credentials_check();
@@ -352,64 +290,35 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         exchange,
         ctx.metrics.credentials_check(),
     )));
-    let _operand_secrets = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_operand_secrets(ctx.clone())));
 
+    // What passes read (super::view), its watches started before the first pass.
+    let started = super::view::start(&client, &config.chart_namespace, &config.secret_name);
+    ctx.set_view(started.view);
+    let _keep = crate::tasks::AbortOnDrop::new(tokio::spawn(started.keep));
+    let reader = started.crs;
+    let crs_ready = reader.clone();
+    let shutdown = shutdown.shared();
     // The CR, without the updates that change only its status: the manager's own status writes must not
     // bring it back (that would bypass the error backoff: a failing pass that reports its failure would
     // otherwise run again at once, forever).
-    let (reader, writer) = kube::runtime::reflector::store();
-    let crs_ready = reader.clone();
-    let shutdown = shutdown.shared();
-    let crs = watcher::watcher(Api::<BtpOperator>::all(client.clone()), watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .reflect(writer)
+    let crs = started
+        .cr_events
         .applied_objects()
         .predicate_filter(everything_but_status, kube::runtime::PredicateConfig::default());
-    // The credentials Secret, kept in a store that passes read (no request per pass): the store takes each
-    // change before the change brings a pass.
-    let (secret_store, secret_writer) = kube::runtime::reflector::store();
-    ctx.set_required_secret(&config.chart_namespace, &config.secret_name, secret_store);
-    let required_secret = watcher::watcher(
-        Api::<Secret>::namespaced(client.clone(), &config.chart_namespace),
-        by_name(&config.secret_name),
-    )
-    .backoff(WatchBackoff::default())
-    .reflect(secret_writer)
-    .touched_objects()
-    .filter_map({
-        let wake = waker(&ctx);
-        let ctx = ctx.clone();
-        move |secret| {
-            std::future::ready(match secret {
-                Ok(secret) => wake(secret_cause(&ctx, &secret)),
-                Err(e) => {
-                    tracing::debug!(error = %e, "credentials Secret watch");
-                    None
-                }
-            })
-        }
-    });
-    // The API server's EndpointSlices: their ports are rendered into the network policies, and a change
-    // of them brings a pass that re-applies the policies.
-    let api_server_slices = api_server_slices(&ctx);
-    // The copies passes read (super::cache), started before the first pass.
-    let (caches, changes, keep_caches) = super::cache::start(&client, &config.chart_namespace);
-    ctx.set_caches(caches);
-    let _caches = crate::tasks::AbortOnDrop::new(tokio::spawn(keep_caches));
-    let module_changes = changes.filter_map({
+    // Every change of a module object, the credentials Secret or the API server's EndpointSlices (whose
+    // ports the network policies carry).
+    let changes = started.changes.filter_map({
         let wake = waker(&ctx);
         move |cause| std::future::ready(wake(cause))
     });
     let controller = Controller::for_stream(crs, reader)
         // The secondary watches share one backoff (kube's default would stretch every pause to 30 s).
         .trigger_backoff(WatchBackoff::default())
-        .reconcile_on(required_secret)
-        // Every change the caches take (the module's objects, the network policies of the chart
-        // namespace): edits and deletions are reverted, a Deployment that becomes available is seen.
-        .reconcile_on(module_changes)
+        // Edits and deletions are reverted, a Deployment that becomes available is seen, a credentials
+        // change is followed.
+        .reconcile_on(changes)
         .reconcile_on(triggered)
         .reconcile_on(credentials_verdicts)
-        .reconcile_on(api_server_slices)
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_INSTANCE))
         .reconcile_on(service_deletions(ctx.clone(), super::cluster::SERVICE_BINDING))
         .graceful_shutdown_on(shutdown.clone())
@@ -449,7 +358,7 @@ pub fn stuck_at_start(elapsed: Duration, listed: bool, crs: usize, passes: u64) 
 async fn watch_the_start(ctx: &Context, crs: &Store<BtpOperator>) {
     let started = tokio::time::Instant::now();
     tokio::time::sleep(START_DEADLINE).await;
-    let listed = super::cache::listed(crs);
+    let listed = super::view::listed(crs);
     let count = if listed { crs.state().len() } else { 0 };
     if !stuck_at_start(started.elapsed(), listed, count, ctx.passes()) {
         // Started: nothing more to watch for in this term.
@@ -471,7 +380,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// which holds reconciles until that list, would wait for it forever), else after [`SHUTDOWN_GRACE`].
 async fn give_up_waiting(shutdown: impl std::future::Future<Output = ()>, crs_ready: Store<BtpOperator>) {
     shutdown.await;
-    if !super::cache::listed(&crs_ready) {
+    if !super::view::listed(&crs_ready) {
         tracing::debug!("stopped before the first list of BtpOperators: nothing was in flight");
         return;
     }

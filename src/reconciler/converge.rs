@@ -11,6 +11,7 @@ use super::network_policies;
 use super::resources::ModuleResources;
 use super::status::Outcome;
 use super::status_writer::StatusWriter;
+use super::view::ObjectKey;
 use crate::config::Config;
 use btp_api::{names, BtpOperator, Reason, State};
 use kube::ResourceExt as _;
@@ -120,8 +121,8 @@ pub async fn converge(
     let touched = actions
         .delete_clusterid_secret_in
         .as_ref()
-        .is_some_and(|ns| reads.includes("Secret", ns, drift::CLUSTER_ID_SECRET))
-        || reads.includes("Secret", &config.chart_namespace, &config.secret_name);
+        .is_some_and(|ns| reads.includes(&ObjectKey::core("Secret", ns, drift::CLUSTER_ID_SECRET)))
+        || reads.includes(&ObjectKey::core("Secret", &config.chart_namespace, &config.secret_name));
     let policies_enabled = network_policies::enabled(cr.annotations());
     let applied = cluster
         .apply_module(cr, &module, &credentials, policies_enabled, (!touched).then_some(reads))

@@ -47,12 +47,16 @@ pub fn reason(status: Option<&BtpOperatorStatus>) -> Option<&str> {
         .map(|c| c.reason.as_str())
 }
 
-/// Hand the credentials check what this pass saw: the credentials Secret as the watch on it holds it
-/// (validated as the pass validates it) and the settings. Nothing when that watch has not listed yet.
-pub fn hand_over(ctx: &Context, settings: &Settings) {
+/// Hand the credentials check what this pass saw: the credentials Secret as the pass reads it (validated
+/// as the pass validates it) and the settings. Nothing when it cannot be read.
+pub async fn hand_over(ctx: &Context, settings: &Settings) {
     let config = &settings.config;
-    let Some(secret) = ctx.required_secret(&config.chart_namespace, &config.secret_name) else {
-        return;
+    let secret = match super::cluster::Cluster::new(ctx, settings).required_secret().await {
+        Ok(secret) => secret,
+        Err(e) => {
+            tracing::debug!(error = %e, "the credentials check gets nothing from this pass");
+            return;
+        }
     };
     let data = secret.as_ref().map(crate::objects::secret_data).unwrap_or_default();
     let observed = match &secret {

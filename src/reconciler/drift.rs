@@ -43,6 +43,15 @@ use btp_api::Reason;
 pub use super::resources::{OPERAND_CONFIGMAP, OPERAND_SECRET};
 
 pub use btp_api::names::operand::CLUSTER_ID_SECRET;
+
+/// The operand Secrets we created, in every namespace: labelled managed-by=btp-manager and named
+/// [`OPERAND_SECRET`].
+pub fn operand_secrets_selector() -> kube::api::ListParams {
+    use btp_api::names::{MANAGED_BY_BTP_MANAGER, MANAGED_BY_LABEL};
+    kube::api::ListParams::default()
+        .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_BTP_MANAGER}"))
+        .fields(&format!("metadata.name={OPERAND_SECRET}"))
+}
 /// Key of [`CLUSTER_ID_SECRET`] holding the cluster ID the operand started with.
 pub const INITIAL_CLUSTER_ID_KEY: &str = "INITIAL_CLUSTER_ID";
 /// Key of the operand ConfigMap ([`OPERAND_CONFIGMAP`]) holding the cluster ID.

@@ -11,7 +11,7 @@ use std::time::Instant;
 /// Who caused a secondary trigger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cause {
-    /// The echo of a write or delete of this process (the caches' pending writes), or a change that cannot
+    /// The echo of a write or delete of this process (the view's pending writes), or a change that cannot
     /// be told apart from one (a watch's relist).
     Ours,
     /// A change this process did not make.

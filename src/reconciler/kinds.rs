@@ -9,6 +9,22 @@ use kube::api::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 use std::collections::HashMap;
 
+/// Kinds that are cluster-scoped (applied through cluster-scoped endpoints, without a namespace).
+pub const CLUSTER_SCOPED_KINDS: [&str; 7] = [
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "Namespace",
+    "PriorityClass",
+];
+
+/// Whether objects of `kind` are cluster-scoped.
+pub fn is_cluster_scoped(kind: &str) -> bool {
+    CLUSTER_SCOPED_KINDS.contains(&kind)
+}
+
 /// A kind as the API serves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KindInfo {
@@ -49,7 +65,7 @@ impl Kinds {
     pub fn cluster_scoped(&self, api_version: &str, kind: &str) -> bool {
         match self.get(api_version, kind) {
             Some(info) => !info.namespaced,
-            None => super::resources::is_cluster_scoped(kind),
+            None => is_cluster_scoped(kind),
         }
     }
 

@@ -13,14 +13,14 @@
 //!   `ReadyTimeout`), [`requeue`] (when a pass comes back, error backoff), [`deprovision_plan`] (the deletion
 //!   stages, a state machine), [`memory`] (what is remembered about the CR between passes);
 //! - doing: [`pass`] (one pass), [`provision`] and [`deprovision`] (the two flows), [`converge`] (the steps
-//!   both use to keep the operand converged), [`cluster`] (every API read and write), [`status_writer`]
-//!   (status and Events), [`events`] (Events off the pass), [`context`] (what passes share);
+//!   both use to keep the operand converged), [`cluster`] (every API read and write), [`view`] (the one
+//!   read path: watch-fed stores with read-your-writes), [`status_writer`] (status and Events), [`events`]
+//!   (Events off the pass), [`context`] (what passes share);
 //! - how a pass ends: [`end`] ([`End`]: what to report, when to come back), or [`error`]
 //!   ([`ReconcileError`]: retried with backoff).
 //!
 //! This file only declares and re-exports: nothing here is imported from below.
 
-pub mod cache;
 pub mod cluster;
 pub mod context;
 pub mod controller;
@@ -45,6 +45,7 @@ pub mod requeue;
 pub mod resources;
 pub mod status;
 pub mod status_writer;
+pub mod view;
 pub mod waves;
 
 pub use context::Context;

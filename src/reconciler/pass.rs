@@ -46,6 +46,12 @@ pub async fn reconcile(cr: Arc<BtpOperator>, ctx: Arc<Context>) -> Result<Action
     ctx.begin_pass();
     // One snapshot of the settings for the whole pass: a change published meanwhile applies to the next.
     let settings = ctx.settings();
+    // The CR as new as this process's own last write of it: a copy from before the last status write would
+    // write that status again.
+    let Some(cr) = cluster::Cluster::new(&ctx, &settings).current_cr(cr).await? else {
+        tracing::debug!("the BtpOperator is gone");
+        return Ok(Action::await_change());
+    };
     let budget = pass_budget(&cr, &settings.config);
     let result = match tokio::time::timeout(budget, reconcile_once(&cr, &ctx, &settings)).await {
         Ok(result) => result,
@@ -108,7 +114,7 @@ async fn reconcile_once(
     } else {
         ctx.memory(|m| m.end_deletion());
         let end = provision::run(ctx, settings, cr, &mut status).await;
-        super::credentials_condition::hand_over(ctx, settings);
+        super::credentials_condition::hand_over(ctx, settings).await;
         end
     };
     if let Some(outcome) = end.report() {

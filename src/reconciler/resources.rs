@@ -15,21 +15,7 @@ pub const MANAGER_CONTAINER: &str = "manager";
 /// Optional sidecar that gets the `KUBE_RBAC_PROXY` image.
 pub const RBAC_PROXY_CONTAINER: &str = "kube-rbac-proxy";
 
-/// Kinds that are cluster-scoped (applied through cluster-scoped endpoints, without a namespace).
-pub const CLUSTER_SCOPED_KINDS: [&str; 7] = [
-    "CustomResourceDefinition",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "MutatingWebhookConfiguration",
-    "ValidatingWebhookConfiguration",
-    "Namespace",
-    "PriorityClass",
-];
-
-/// Whether objects of `kind` are cluster-scoped.
-pub fn is_cluster_scoped(kind: &str) -> bool {
-    CLUSTER_SCOPED_KINDS.contains(&kind)
-}
+pub use super::kinds::is_cluster_scoped;
 
 /// What preparation needs besides the manifests.
 #[derive(Clone, Debug)]

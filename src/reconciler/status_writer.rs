@@ -72,9 +72,14 @@ impl<'a> StatusWriter<'a> {
         let patch = Patch::Merge(json!({ "status": next }));
         let name = self.cr.name_any();
         let patch_params = PatchParams::default();
-        super::cluster::retry::retrying(|| self.api.patch_status(&name, &patch_params, &patch))
+        let written = super::cluster::retry::retrying(|| self.api.patch_status(&name, &patch_params, &patch))
             .await
             .map_err(api_err("writing the BtpOperator status"))?;
+        // The next pass reads the CR as new as this write (docs/behaviour.md#the-read-path).
+        if let Some(view) = self.ctx.view() {
+            let key = super::view::cr_key(&written.namespace().unwrap_or_default(), &written.name_any());
+            view.wrote(&key, written.metadata.resource_version);
+        }
         let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state)
             && self
                 .ctx

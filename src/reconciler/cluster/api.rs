@@ -6,6 +6,7 @@ use crate::config::{Config, Settings};
 use crate::reconciler::context::Context;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::resources;
+use crate::reconciler::view::{cr_key, read_through, ObjectKey};
 use btp_api::{names, BtpOperator};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -85,13 +86,47 @@ impl<'a> Cluster<'a> {
         )
     }
 
-    /// Tell the caches that this pass deleted `kind` `namespace`/`name`: until a store shows it gone, it is
-    /// read from the API server.
-    pub(super) fn deleted(&self, kind: &str, namespace: &str, name: &str) {
-        if let Some(caches) = self.ctx.caches() {
-            let namespace = (!resources::is_cluster_scoped(kind)).then(|| namespace.to_string());
-            caches.saw((kind.to_string(), namespace, name.to_string()), None);
+    /// Tell the view that this pass deleted `key`: until a store shows it gone, it is read from the API
+    /// server.
+    pub(super) fn deleted(&self, key: &ObjectKey) {
+        if let Some(view) = self.ctx.view() {
+            view.deleted(key);
         }
+    }
+
+    /// Tell the view that this pass wrote the CR (`answer`: the API server's answer), so that no later read
+    /// of it comes from a store that has not caught up (see [`crate::reconciler::view`]).
+    pub(super) fn wrote_cr(&self, answer: &BtpOperator) {
+        if let Some(view) = self.ctx.view() {
+            let key = cr_key(&answer.namespace().unwrap_or_default(), &answer.name_any());
+            view.wrote(&key, answer.metadata.resource_version.clone());
+        }
+    }
+
+    /// The CR as new as anything this process wrote of it (docs/behaviour.md#the-read-path): the copy the
+    /// controller handed over when the view says it is current, else the view's newer one, else read. None
+    /// when it no longer exists.
+    pub async fn current_cr(
+        &self,
+        cr: std::sync::Arc<BtpOperator>,
+    ) -> Result<Option<std::sync::Arc<BtpOperator>>, ApiError> {
+        let (namespace, name) = (cr.namespace().unwrap_or_default(), cr.name_any());
+        let api: Api<BtpOperator> = Api::namespaced(self.client(), &namespace);
+        let key = cr_key(&namespace, &name);
+        let view = self.ctx.view();
+        let get = async {
+            retrying(|| api.get_opt(&name))
+                .await
+                .map(|cr| cr.map(std::sync::Arc::new))
+        };
+        read_through(
+            view.as_deref(),
+            |v| v.cr(&namespace, &name),
+            get,
+            |v, live| v.read_again(&key, live.and_then(|cr| cr.metadata.resource_version.clone())),
+        )
+        .await
+        .map_err(api_err(format!("reading BtpOperator {namespace}/{name}")))
     }
 
     /// Add our finalizer to the CR unless present. Appending never drops a finalizer someone else adds
@@ -130,11 +165,13 @@ impl<'a> Cluster<'a> {
         let patch = json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: null}}});
         let api: Api<BtpOperator> = Api::namespaced(self.client(), &cr.namespace().unwrap_or_default());
         let (name, params, patch) = (cr.name_any(), PatchParams::default(), Patch::Merge(&patch));
-        ignoring_not_found(
-            retrying(|| api.patch(&name, &params, &patch))
-                .await
-                .map_err(api_err("removing the operation annotation")),
-        )
+        let patched = retrying(|| api.patch(&name, &params, &patch))
+            .await
+            .map_err(api_err("removing the operation annotation"));
+        if let Ok(patched) = &patched {
+            self.wrote_cr(patched);
+        }
+        ignoring_not_found(patched)
     }
 
     async fn patch_cr(&self, cr: &BtpOperator, patch: Value, action: &str) -> Result<(), ApiError> {
@@ -146,28 +183,27 @@ impl<'a> Cluster<'a> {
         let patch = Patch::<()>::Json(patch);
         let patch_params = PatchParams::default();
         let name = cr.name_any();
-        retrying(|| api.patch(&name, &patch_params, &patch))
+        let patched = retrying(|| api.patch(&name, &patch_params, &patch))
             .await
-            .map(|_| ())
-            .map_err(api_err(action))
+            .map_err(api_err(action))?;
+        self.wrote_cr(&patched);
+        Ok(())
     }
 
-    /// The required credentials Secret, if it exists: from the watch on it once it has listed (no request),
-    /// else read.
+    /// The required credentials Secret, if it exists: from the view (no request), else read.
     pub async fn required_secret(&self) -> Result<Option<Secret>, ApiError> {
-        if let Some(cached) = self
-            .ctx
-            .required_secret(&self.config.chart_namespace, &self.config.secret_name)
-        {
-            return Ok(cached);
-        }
-        let secrets = Api::<Secret>::namespaced(self.client(), &self.config.chart_namespace);
-        retrying(|| secrets.get_opt(&self.config.secret_name))
-            .await
-            .map_err(api_err(format!(
-                "reading Secret {}/{}",
-                self.config.chart_namespace, self.config.secret_name
-            )))
+        let (namespace, name) = (&self.config.chart_namespace, &self.config.secret_name);
+        let secrets = Api::<Secret>::namespaced(self.client(), namespace);
+        let key = ObjectKey::core("Secret", namespace, name);
+        let view = self.ctx.view();
+        read_through(
+            view.as_deref(),
+            |v| v.credentials_secret(namespace, name),
+            retrying(|| secrets.get_opt(name)),
+            |v, live| v.read_again(&key, live.and_then(|s| s.metadata.resource_version.clone())),
+        )
+        .await
+        .map_err(api_err(format!("reading Secret {namespace}/{name}")))
     }
 
     /// The operand Deployment, if it exists.

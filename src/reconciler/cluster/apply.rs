@@ -4,13 +4,13 @@
 
 use super::api::{ignoring_not_found, Cluster};
 use super::retry::retrying;
-use crate::reconciler::cache::{read_through, Lookup};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::kinds::{Kinds, KindsError};
 use crate::reconciler::metrics::Certificate;
 use crate::reconciler::network_policies;
 use crate::reconciler::resources::{self, ModuleResources};
+use crate::reconciler::view::{read_through, ObjectKey};
 use crate::reconciler::waves;
 use btp_api::names;
 use btp_certs::operand;
@@ -73,20 +73,18 @@ pub struct Applied {
     pub operand_deployment: Option<Deployment>,
 }
 
-/// `(kind, namespace, name)`: which object a prepared manifest (or a read) is, as the API addresses it.
-type Key = (String, Option<String>, String);
-
-fn key(obj: &Value, kinds: &Kinds) -> Key {
+/// Which object a prepared manifest (or a read) is, as the API addresses it.
+fn key(obj: &Value, kinds: &Kinds) -> ObjectKey {
     let (api_version, kind, ns, name) = resources::identity(obj);
     let ns = ns.filter(|_| !kinds.cluster_scoped(&api_version, &kind));
-    (kind, ns, name)
+    ObjectKey::new(&api_version, &kind, ns.as_deref(), &name)
 }
 
 /// What the apply found before writing: every object it may write, as the API server had it (None when
 /// absent). Read alongside the credentials drift observation ([`Cluster::read_module`]), so that a pass
 /// spends no round trip of its own on them.
 pub struct ModuleReads {
-    live: BTreeMap<Key, Option<Value>>,
+    live: BTreeMap<ObjectKey, Option<Value>>,
     /// The outdated objects (`delete/`) that exist: to delete.
     outdated: Vec<Value>,
     /// Whether the legacy network policy exists: to delete.
@@ -94,11 +92,9 @@ pub struct ModuleReads {
 }
 
 impl ModuleReads {
-    /// Whether the reads include the object `kind` `namespace`/`name`.
-    pub fn includes(&self, kind: &str, namespace: &str, name: &str) -> bool {
-        self.live
-            .keys()
-            .any(|(k, ns, n)| k == kind && n == name && ns.as_deref().is_none_or(|ns| ns == namespace))
+    /// Whether the reads include `key`.
+    pub fn includes(&self, key: &ObjectKey) -> bool {
+        self.live.contains_key(key)
     }
 }
 
@@ -134,7 +130,7 @@ impl Cluster<'_> {
             json!({"apiVersion": "v1", "kind": "Secret",
                    "metadata": {"name": name, "namespace": self.config.chart_namespace}})
         }));
-        let deleted: Vec<Key> = module.delete.iter().map(|o| key(o, &kinds)).collect();
+        let deleted: Vec<ObjectKey> = module.delete.iter().map(|o| key(o, &kinds)).collect();
         let mut seen = std::collections::BTreeSet::new();
         targets.retain(|t| seen.insert(key(t, &kinds)) && !deleted.contains(&key(t, &kinds)));
         // And what is to be deleted, so that only what exists is: the outdated objects and the policy the
@@ -217,7 +213,7 @@ impl Cluster<'_> {
         } = reads;
         let legacy: Api<NetworkPolicy> = Api::namespaced(self.client(), &self.config.chart_namespace);
         let kinds = self.resolve_kinds(module, &policies, false).await?;
-        let recreated: Vec<Key> = outdated.iter().map(|o| key(o, &kinds)).collect();
+        let recreated: Vec<ObjectKey> = outdated.iter().map(|o| key(o, &kinds)).collect();
         let mut deletes = Some(async {
             let (outdated, removed, legacy) = futures::join!(
                 self.delete_outdated(&outdated),
@@ -238,8 +234,9 @@ impl Cluster<'_> {
                                 )
                                 .await;
                             if deleted.is_ok() {
-                                let ns = &self.config.chart_namespace;
-                                self.deleted("NetworkPolicy", ns, network_policies::LEGACY_POLICY);
+                                let ns = Some(self.config.chart_namespace.as_str());
+                                let policy = network_policies::LEGACY_POLICY;
+                                self.deleted(&ObjectKey::new("networking.k8s.io/v1", "NetworkPolicy", ns, policy));
                             }
                             deleted
                         }
@@ -254,11 +251,7 @@ impl Cluster<'_> {
         });
 
         let secret = |name: &str| {
-            let found = live.get(&(
-                "Secret".to_string(),
-                Some(self.config.chart_namespace.clone()),
-                name.to_string(),
-            ));
+            let found = live.get(&ObjectKey::core("Secret", &self.config.chart_namespace, name));
             found
                 .cloned()
                 .flatten()
@@ -303,10 +296,11 @@ impl Cluster<'_> {
         // What the writes answered replaces what was read: the Deployment as the apply left it.
         live.extend(written?);
 
-        let deployment_key = (
-            "Deployment".to_string(),
-            Some(self.config.chart_namespace.clone()),
-            self.config.deployment_name.clone(),
+        let deployment_key = ObjectKey::new(
+            "apps/v1",
+            "Deployment",
+            Some(&self.config.chart_namespace),
+            &self.config.deployment_name,
         );
         let operand_deployment = live
             .get(&deployment_key)
@@ -319,7 +313,7 @@ impl Cluster<'_> {
     /// Server-side apply `objects` in the order of [`waves::plan`]: a group of one kind as soon as the
     /// groups it needs are applied, its requests side by side (at most [`waves::CONCURRENCY`] in flight in
     /// all); a group whose needs failed is not sent. The answers, or the first failure in the plan's order.
-    async fn write_in_order(&self, objects: &[Value]) -> Result<Vec<(Key, Option<Value>)>, ApiError> {
+    async fn write_in_order(&self, objects: &[Value]) -> Result<Vec<(ObjectKey, Option<Value>)>, ApiError> {
         #[derive(Clone, Copy, PartialEq)]
         enum Group {
             Waiting,
@@ -330,7 +324,7 @@ impl Cluster<'_> {
         let plan = waves::plan(objects, waves::kind_of);
         let limit = tokio::sync::Semaphore::new(waves::CONCURRENCY);
         // Each object's answer once its group is back; None for an object never sent.
-        type Answer = Result<(Key, Option<Value>), ApiError>;
+        type Answer = Result<(ObjectKey, Option<Value>), ApiError>;
         let mut results: Vec<Option<Answer>> = objects.iter().map(|_| None).collect();
         let mut groups = vec![Group::Waiting; plan.groups.len()];
         let mut sent = futures::stream::FuturesUnordered::new();
@@ -383,11 +377,7 @@ impl Cluster<'_> {
     /// A 404 is absence, also when it is the resource type that does not exist (an instance of a CRD the
     /// same apply creates: the API server answers `404 page not found`, not a NotFound Status).
     async fn read(&self, target: &Value, certain_absence: bool) -> Result<Option<Value>, ApiError> {
-        let (api_version, kind, namespace, name) = resources::identity(target);
-        let at = Lookup {
-            certain_absence,
-            ..Lookup::new(&api_version, &kind, namespace.as_deref(), &name)
-        };
+        let key = key(target, &self.ctx.kinds());
         let (api, name) = self.dynamic_api(target);
         let get = async {
             match retrying(|| api.get_opt(&name)).await {
@@ -397,29 +387,40 @@ impl Cluster<'_> {
                     .map_err(api_err(format!("reading {} {name}", waves::kind_of(target)))),
             }
         };
-        read_through(self.ctx.caches().as_deref(), at, get).await
+        let view = self.ctx.view();
+        let version = |live: Option<&Value>| {
+            live.and_then(|l| l["metadata"]["resourceVersion"].as_str())
+                .map(str::to_string)
+        };
+        read_through(
+            view.as_deref(),
+            |v| v.module_object(&key, certain_absence),
+            get,
+            |v, live| v.read_again(&key, version(live)),
+        )
+        .await
     }
 
     /// Server-side apply of one prepared object; the object as the API server answered (its key with it).
-    async fn apply_one(&self, obj: &Value) -> Result<(Key, Option<Value>), ApiError> {
+    async fn apply_one(&self, obj: &Value) -> Result<(ObjectKey, Option<Value>), ApiError> {
         let (api, name) = self.dynamic_api(obj);
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         let patch = Patch::Apply(obj);
-        let caches = self.ctx.caches();
-        let kinds = self.ctx.kinds();
-        if let Some(caches) = &caches {
+        let view = self.ctx.view();
+        let key = key(obj, &self.ctx.kinds());
+        if let Some(view) = &view {
             // Its watch may deliver this write before the answer: an echo of ours all the same.
-            caches.writing(key(obj, &kinds));
+            view.writing(&key);
         }
         let applied = retrying(|| api.patch(&name, &params, &patch)).await;
-        match (&applied, caches) {
+        match (&applied, view) {
             // Read from the API server until the store shows this write.
-            (Ok(applied), Some(caches)) => caches.saw(key(obj, &kinds), applied.metadata.resource_version.clone()),
-            (Err(_), Some(caches)) => caches.write_failed(&key(obj, &kinds)),
+            (Ok(applied), Some(view)) => view.wrote(&key, applied.metadata.resource_version.clone()),
+            (Err(_), Some(view)) => view.write_failed(&key),
             (_, None) => {}
         }
         applied
-            .map(|applied| (key(obj, &kinds), serde_json::to_value(applied).ok()))
+            .map(|applied| (key, serde_json::to_value(applied).ok()))
             .map_err(api_err(format!("applying {} {name}", waves::kind_of(obj))))
     }
 
@@ -436,8 +437,7 @@ impl Cluster<'_> {
                     .map_err(api_err(format!("deleting outdated {kind} {name}")));
                 let deleted = ignoring_not_found(deleted);
                 if deleted.is_ok() {
-                    let (_, kind, ns, name) = resources::identity(&obj);
-                    self.deleted(&kind, ns.as_deref().unwrap_or_default(), &name);
+                    self.deleted(&key(&obj, &self.ctx.kinds()));
                 }
                 deleted.err()
             })
@@ -460,9 +460,9 @@ impl Cluster<'_> {
         retrying(|| api.delete_collection(&delete_params, &params))
             .await
             .map(|_| {
-                // Gone, as far as this pass knows: the caches must not answer from copies of them.
-                if let Some(caches) = self.ctx.caches() {
-                    caches.removed("NetworkPolicy");
+                // Gone, as far as this pass knows: the view must not answer from copies of them.
+                if let Some(view) = self.ctx.view() {
+                    view.removed("networking.k8s.io/v1", "NetworkPolicy");
                 }
             })
             .map_err(api_err("removing network policies"))

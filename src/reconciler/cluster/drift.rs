@@ -4,29 +4,17 @@
 
 use super::api::Cluster;
 use super::retry::retrying;
-use crate::reconciler::cache::{read_through, Lookup};
 use crate::reconciler::credentials::Credentials;
 use crate::reconciler::drift;
 use crate::reconciler::end::{retry, End};
 use crate::reconciler::error::api_err;
-use btp_api::{names, Reason};
+use crate::reconciler::view::{read_through, ObjectKey};
+use btp_api::Reason;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt as _;
 use serde_json::json;
 use std::collections::BTreeMap;
-
-/// The operand Secrets we created, in every namespace: labelled managed-by=btp-manager and named
-/// [`drift::OPERAND_SECRET`].
-pub fn operand_secrets_selector() -> ListParams {
-    ListParams::default()
-        .labels(&format!(
-            "{}={}",
-            names::MANAGED_BY_LABEL,
-            names::MANAGED_BY_BTP_MANAGER
-        ))
-        .fields(&format!("metadata.name={}", drift::OPERAND_SECRET))
-}
 
 /// What [`Cluster::observe_drift`] saw, with the operand pod's name for a delete.
 pub struct DriftObservation {
@@ -37,21 +25,21 @@ pub struct DriftObservation {
 }
 
 impl Cluster<'_> {
-    /// Namespaces holding an operand Secret we created (labelled managed-by=btp-manager): from the watched
-    /// store when it is ready (no request), else by a cluster-wide list.
+    /// Namespaces holding an operand Secret we created (labelled managed-by=btp-manager): from the view
+    /// (no request), else by a cluster-wide list.
     pub async fn operand_secret_namespaces(&self) -> Result<Vec<String>, crate::reconciler::error::ApiError> {
-        if let Some(store) = self.ctx.operand_secrets() {
-            return Ok(store
-                .state()
-                .iter()
-                .filter_map(|s| s.metadata.namespace.clone())
-                .collect());
-        }
-        let (secrets, selector) = (Api::<Secret>::all(self.client()), operand_secrets_selector());
-        let secrets = retrying(|| secrets.list_metadata(&selector))
+        let (secrets, selector) = (Api::<Secret>::all(self.client()), drift::operand_secrets_selector());
+        let list = async {
+            let secrets = retrying(|| secrets.list_metadata(&selector)).await?;
+            Ok(Some(
+                secrets.items.into_iter().filter_map(|s| s.metadata.namespace).collect(),
+            ))
+        };
+        let view = self.ctx.view();
+        read_through(view.as_deref(), |v| v.operand_secret_namespaces(), list, |_, _| {})
             .await
-            .map_err(api_err("listing operand Secrets"))?;
-        Ok(secrets.items.into_iter().filter_map(|s| s.metadata.namespace).collect())
+            .map(Option::unwrap_or_default)
+            .map_err(api_err("listing operand Secrets"))
     }
 
     /// Read what credentials drift needs. The cluster-ID Secret is read in `clusterid_namespace` when given
@@ -89,31 +77,49 @@ impl Cluster<'_> {
             Api::<Pod>::namespaced(self.client(), &self.config.chart_namespace),
             ListParams::default().labels(&selector),
         );
-        // Before the apply, from the caches where they can answer; after it (`clusterid_namespace` given),
-        // from the API server: what the apply and the drift actions just changed.
-        let caches = self.ctx.caches().filter(|_| clusterid_namespace.is_none());
+        // Before the apply, from the view where it can answer; after it (`clusterid_namespace` given), from
+        // the API server: what the apply and the drift actions just changed.
+        let view = self.ctx.view().filter(|_| clusterid_namespace.is_none());
+        let view = view.as_deref();
         let chart_namespace = self.config.chart_namespace.as_str();
         let (configmap, clusterid, pods) = futures::join!(
             async {
-                let at = Lookup::new("v1", "ConfigMap", Some(chart_namespace), drift::OPERAND_CONFIGMAP);
+                let key = ObjectKey::core("ConfigMap", chart_namespace, drift::OPERAND_CONFIGMAP);
                 let get = async {
                     let read = retrying(|| configmaps.get_opt(drift::OPERAND_CONFIGMAP)).await;
                     read.map(|cm| cm.and_then(|cm| serde_json::to_value(cm).ok()))
                 };
-                let read = read_through(caches.as_deref(), at, get).await;
+                let read = read_through(
+                    view,
+                    |v| v.module_object(&key, false),
+                    get,
+                    |v, live| {
+                        v.read_again(
+                            &key,
+                            live.and_then(|l| l["metadata"]["resourceVersion"].as_str())
+                                .map(str::to_string),
+                        )
+                    },
+                )
+                .await;
                 read.map(|cm| cm.and_then(|cm| serde_json::from_value::<ConfigMap>(cm).ok()))
             },
             async {
-                match caches.as_ref().and_then(|c| c.clusterid_secret(&namespace)) {
-                    Some(secret) => Ok(secret),
-                    None => retrying(|| secrets.get_opt(drift::CLUSTER_ID_SECRET)).await,
-                }
+                let key = ObjectKey::core("Secret", &namespace, drift::CLUSTER_ID_SECRET);
+                let get = retrying(|| secrets.get_opt(drift::CLUSTER_ID_SECRET));
+                read_through(
+                    view,
+                    |v| v.clusterid_secret(&namespace),
+                    get,
+                    |v, live| v.read_again(&key, live.and_then(|s| s.metadata.resource_version.clone())),
+                )
+                .await
             },
             async {
-                match caches.as_ref().and_then(|c| c.operand_pods(chart_namespace)) {
-                    Some(items) => Ok(items),
-                    None => retrying(|| pods.list(&params)).await.map(|l| l.items),
-                }
+                let list = async { retrying(|| pods.list(&params)).await.map(|l| Some(l.items)) };
+                read_through(view, |v| v.operand_pods(chart_namespace), list, |_, _| {})
+                    .await
+                    .map(Option::unwrap_or_default)
             },
         );
         let configmap = configmap
@@ -193,13 +199,9 @@ impl Cluster<'_> {
                 .map_err(api_err("annotating the required Secret"))
                 .map_err(retry(Reason::AnnotatingSecretFailed))?;
             // Its watch delivers this write back: an echo of ours, not a change that may cut a backoff short.
-            if let Some(caches) = self.ctx.caches() {
-                let key = (
-                    "Secret".to_string(),
-                    Some(self.config.chart_namespace.clone()),
-                    self.config.secret_name.clone(),
-                );
-                caches.saw(key, patched.metadata.resource_version);
+            if let Some(view) = self.ctx.view() {
+                let key = ObjectKey::core("Secret", &self.config.chart_namespace, &self.config.secret_name);
+                view.wrote(&key, patched.metadata.resource_version);
             }
         }
         if let Some(ns) = &actions.delete_clusterid_secret_in {
@@ -211,14 +213,14 @@ impl Cluster<'_> {
             )
             .await
             .map_err(retry(Reason::DeletionOfOrphanedResourcesFailed))?;
-            self.deleted("Secret", ns, drift::CLUSTER_ID_SECRET);
+            self.deleted(&ObjectKey::core("Secret", ns, drift::CLUSTER_ID_SECRET));
         }
         if let (true, Some(pod)) = (actions.delete_operand_pod, &seen.pod) {
             let api: Api<Pod> = Api::namespaced(self.client(), &self.config.chart_namespace);
             self.delete_ignoring_not_found(&api, pod, &format!("the operand pod {pod}"))
                 .await
                 .map_err(retry(Reason::ResourceRemovalFailed))?;
-            self.deleted("Pod", &self.config.chart_namespace, pod);
+            self.deleted(&ObjectKey::core("Pod", &self.config.chart_namespace, pod));
         }
         if let Some(ns) = &actions.delete_old_operand_secret_in {
             let api: Api<Secret> = Api::namespaced(self.client(), ns);

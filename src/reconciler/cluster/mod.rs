@@ -17,7 +17,7 @@ mod services;
 
 pub use api::{api_resource, ignoring_not_found, Cluster};
 pub use apply::{Applied, ApplyError, ModuleReads};
-pub use drift::{operand_secrets_selector, DriftObservation};
+pub use drift::DriftObservation;
 pub use retry::{
     client_config, is_transient, retry_pause, retrying, retrying_within, OutOfTime, CALL_BUDGET, CALL_RETRIES,
     FIRST_RETRY_PAUSE,

@@ -8,11 +8,15 @@ use super::retry::retrying;
 use crate::reconciler::drift;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::resources::{self, ModuleResources};
+use crate::reconciler::view::ObjectKey;
 use btp_api::names;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+
+/// The apiVersion of the webhook configurations.
+const ADMISSION: &str = "admissionregistration.k8s.io/v1";
 
 /// What could not be removed.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +67,13 @@ impl Cluster<'_> {
         let deployments: Api<Deployment> = Api::namespaced(self.client(), &self.config.chart_namespace);
         self.delete_ignoring_not_found(&deployments, &self.config.deployment_name, "the operand Deployment")
             .await?;
-        self.deleted("Deployment", &self.config.chart_namespace, &self.config.deployment_name);
+        let ns = Some(self.config.chart_namespace.as_str());
+        self.deleted(&ObjectKey::new(
+            "apps/v1",
+            "Deployment",
+            ns,
+            &self.config.deployment_name,
+        ));
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client());
         self.delete_ignoring_not_found(
             &mutating,
@@ -71,11 +81,12 @@ impl Cluster<'_> {
             "the operand's MutatingWebhookConfiguration",
         )
         .await?;
-        self.deleted(
+        self.deleted(&ObjectKey::new(
+            ADMISSION,
             "MutatingWebhookConfiguration",
-            "",
+            None,
             btp_certs::operand::MUTATING_WEBHOOK_CONFIGURATION,
-        );
+        ));
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client());
         self.delete_ignoring_not_found(
             &validating,
@@ -83,11 +94,12 @@ impl Cluster<'_> {
             "the operand's ValidatingWebhookConfiguration",
         )
         .await?;
-        self.deleted(
+        self.deleted(&ObjectKey::new(
+            ADMISSION,
             "ValidatingWebhookConfiguration",
-            "",
+            None,
             btp_certs::operand::VALIDATING_WEBHOOK_CONFIGURATION,
-        );
+        ));
         Ok(())
     }
 
@@ -122,9 +134,9 @@ impl Cluster<'_> {
         let params = ListParams::default().labels(&selector);
         // Marked gone before each delete too: its watch may deliver the deletions before the answer, and
         // they are echoes of ours (docs/behaviour.md#watches-and-triggers).
-        let caches = self.ctx.caches();
-        if let Some(caches) = &caches {
-            caches.removed("Secret");
+        let view = self.ctx.view();
+        if let Some(view) = &view {
+            view.removed("v1", "Secret");
         }
         // Kinds nobody serves any more have nothing to delete.
         let kinds = match self.resolve_kinds(module, &[], true).await {
@@ -135,8 +147,8 @@ impl Cluster<'_> {
             }
         };
         for (api_version, kind) in module_kinds(module) {
-            if let Some(caches) = &caches {
-                caches.removed(&kind);
+            if let Some(view) = &view {
+                view.removed(&api_version, &kind);
             }
             let ar = kinds.api_resource(&api_version, &kind);
             let api: Api<DynamicObject> = if kinds.cluster_scoped(&api_version, &kind) {
@@ -153,12 +165,12 @@ impl Cluster<'_> {
                 failures.push(e);
             }
         }
-        if let Some(caches) = caches {
+        if let Some(view) = view {
             // Gone, as far as this pass knows (a CR created next must not be applied from copies of them).
-            for (_, kind) in module_kinds(module) {
-                caches.removed(&kind);
+            for (api_version, kind) in module_kinds(module) {
+                view.removed(&api_version, &kind);
             }
-            caches.removed("Secret");
+            view.removed("v1", "Secret");
         }
         if let Err(e) = tolerated(self.remove_network_policies().await) {
             failures.push(e);

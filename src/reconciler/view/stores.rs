@@ -1,0 +1,245 @@
+//! The view itself ([`ClusterView`]): the stores of one term, what each answers, the records of this
+//! process's own writes, and [`read_through`], the one place that asks the API server when a store cannot
+//! say.
+
+use super::kept::{AnyKept, Kept};
+use super::key::{ObjectKey, Read};
+use super::pending::{Pending, Seen};
+use btp_api::BtpOperator;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::DynamicObject;
+use kube::core::PartialObjectMeta;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The kinds of the module's objects the view keeps (`apiVersion`, kind): those the manager's ClusterRole
+/// may list and watch (deploy/rbac.yaml). Other kinds (a custom module's custom resources) are read from
+/// the API server.
+pub const MODULE_KINDS: [(&str, &str); 13] = [
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("apps/v1", "Deployment"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+];
+
+/// The key of the BtpOperator `namespace`/`name`.
+pub fn cr_key(namespace: &str, name: &str) -> ObjectKey {
+    use btp_api::names::{GROUP, KIND};
+    ObjectKey {
+        group: GROUP.to_string(),
+        kind: KIND.to_string(),
+        namespace: Some(namespace.to_string()),
+        name: name.to_string(),
+    }
+}
+
+/// The stores of one leadership term and what this process saw directly (see the module documentation).
+pub struct ClusterView {
+    pub(super) pending: Arc<Pending>,
+    /// The BtpOperators, cluster-wide.
+    pub(super) crs: Kept<BtpOperator>,
+    /// The credentials Secret, by name, in the chart namespace.
+    pub(super) credentials: Kept<Secret>,
+    /// The module's objects of [`MODULE_KINDS`]: labelled `managed-by=btp-manager`, in the chart namespace
+    /// or cluster-wide; every NetworkPolicy of the chart namespace (the legacy policy has no label of ours).
+    pub(super) module: Vec<Kept<DynamicObject>>,
+    /// The operand's cluster-ID Secrets, by name, in every namespace.
+    pub(super) clusterid: Kept<Secret>,
+    /// The operand Secrets we created, by label and name, in every namespace (metadata only).
+    pub(super) operand_secrets: Kept<PartialObjectMeta<Secret>>,
+    /// The operand's pods, by label, in the chart namespace.
+    pub(super) pods: Kept<Pod>,
+    /// The `default/kubernetes` EndpointSlices (the API server's ports).
+    pub(super) slices: Kept<EndpointSlice>,
+}
+
+impl ClusterView {
+    fn stores(&self) -> impl Iterator<Item = &dyn AnyKept> {
+        let typed: [&dyn AnyKept; 6] = [
+            &self.crs,
+            &self.credentials,
+            &self.clusterid,
+            &self.operand_secrets,
+            &self.pods,
+            &self.slices,
+        ];
+        self.module.iter().map(|k| k as &dyn AnyKept).chain(typed)
+    }
+
+    /// Whether every store has finished its first list.
+    pub fn ready(&self) -> bool {
+        self.module.iter().all(Kept::listed)
+            && self.crs.listed()
+            && self.credentials.listed()
+            && self.clusterid.listed()
+            && self.operand_secrets.listed()
+            && self.pods.listed()
+            && self.slices.listed()
+    }
+
+    /// The BtpOperator `namespace`/`name`.
+    pub fn cr(&self, namespace: &str, name: &str) -> Read<Arc<BtpOperator>> {
+        self.crs.get(&self.pending, &cr_key(namespace, name), false)
+    }
+
+    /// The credentials Secret `namespace`/`name` (NotKnown for another Secret than the one watched).
+    pub fn credentials_secret(&self, namespace: &str, name: &str) -> Read<Secret> {
+        let key = ObjectKey::core("Secret", namespace, name);
+        self.credentials.get(&self.pending, &key, false).map(|s| (*s).clone())
+    }
+
+    /// A module object: an absence must hold for objects without our label too when `certain_absence`
+    /// (a `delete/` object), so only a store that sees every object of its scope answers it then.
+    pub fn module_object(&self, key: &ObjectKey, certain_absence: bool) -> Read<Value> {
+        let Some(kept) = self.module.iter().find(|k| k.covers(key)) else {
+            return Read::NotKnown;
+        };
+        match kept.get(&self.pending, key, certain_absence) {
+            Read::Present(obj) => serde_json::to_value(obj.as_ref()).map_or(Read::NotKnown, Read::Present),
+            Read::Absent => Read::Absent,
+            Read::NotKnown => Read::NotKnown,
+        }
+    }
+
+    /// The operand's cluster-ID Secret in `namespace`.
+    pub fn clusterid_secret(&self, namespace: &str) -> Read<Secret> {
+        let key = ObjectKey::core("Secret", namespace, crate::reconciler::drift::CLUSTER_ID_SECRET);
+        self.clusterid.get(&self.pending, &key, false).map(|s| (*s).clone())
+    }
+
+    /// The operand's pods in `namespace` (NotKnown outside the chart namespace).
+    pub fn operand_pods(&self, namespace: &str) -> Read<Vec<Pod>> {
+        if !self.pods.covers_namespace(Some(namespace)) {
+            return Read::NotKnown;
+        }
+        self.pods
+            .list(&self.pending)
+            .map(|pods| pods.iter().map(|p| (**p).clone()).collect())
+    }
+
+    /// The namespaces that hold an operand Secret we created.
+    pub fn operand_secret_namespaces(&self) -> Read<Vec<String>> {
+        self.operand_secrets
+            .list(&self.pending)
+            .map(|secrets| secrets.iter().filter_map(|s| s.metadata.namespace.clone()).collect())
+    }
+
+    /// The `default/kubernetes` EndpointSlices.
+    pub fn api_server_slices(&self) -> Read<Vec<EndpointSlice>> {
+        self.slices
+            .list(&self.pending)
+            .map(|slices| slices.iter().map(|s| (**s).clone()).collect())
+    }
+
+    /// The stores that see `key` (what no store sees needs no record: nothing answers for it).
+    fn keeping<'a>(&'a self, key: &'a ObjectKey) -> impl Iterator<Item = &'a dyn AnyKept> + 'a {
+        self.stores().filter(move |s| s.covers(key))
+    }
+
+    /// This process is about to write `key`: until the write's answer is recorded ([`ClusterView::wrote`]),
+    /// every version a watch delivers of it is an echo of ours (the watch may deliver the write before its
+    /// answer arrives), and reads of it go to the API server. [`ClusterView::write_failed`] undoes it.
+    pub fn writing(&self, key: &ObjectKey) {
+        for store in self.keeping(key) {
+            self.pending.record((store.id(), key.clone()), Seen::InFlight, false);
+        }
+    }
+
+    /// A write of `key` answered at `resource_version` (None: the object is gone): each store that sees
+    /// `key` answers for it again once it shows that version.
+    pub fn wrote(&self, key: &ObjectKey, resource_version: Option<String>) {
+        for store in self.keeping(key) {
+            let shown = store.shows(key, resource_version.as_deref());
+            let seen = Seen::from_version(resource_version.clone());
+            self.pending.record((store.id(), key.clone()), seen, shown);
+        }
+    }
+
+    /// The write announced with [`ClusterView::writing`] failed.
+    pub fn write_failed(&self, key: &ObjectKey) {
+        for store in self.keeping(key) {
+            self.pending.write_failed(&(store.id(), key.clone()));
+        }
+    }
+
+    /// This process deleted `key`: reads of it go to the API server until a store shows it gone.
+    pub fn deleted(&self, key: &ObjectKey) {
+        self.wrote(key, None);
+    }
+
+    /// Every object of `kind` was deleted (by a delete of the collection), and so was anything of that kind
+    /// this process wrote that no store has shown yet: until a store shows each gone, it is read from the
+    /// API server.
+    pub fn removed(&self, api_version: &str, kind: &str) {
+        let held: Vec<(usize, ObjectKey)> = self
+            .stores()
+            .flat_map(|s| s.held(api_version, kind).into_iter().map(move |k| (s.id(), k)))
+            .collect();
+        let mut entries = self.pending.lock();
+        for (_, seen) in entries.iter_mut().filter(|((_, k), _)| k.is(api_version, kind)) {
+            *seen = Seen::Gone;
+        }
+        for entry in held {
+            entries.insert(entry, Seen::Gone);
+        }
+    }
+
+    /// A read of the API server answered `key` at `resource_version` (None: absent): it replaces what is
+    /// pending for `key`, so that each store answers again once it shows the same.
+    pub fn read_again(&self, key: &ObjectKey, resource_version: Option<String>) {
+        for store in self.keeping(key) {
+            let seen = Seen::from_version(resource_version.clone());
+            self.pending.read_again(&(store.id(), key.clone()), seen);
+        }
+    }
+
+    /// What `look` answers once it knows (a store caught up). Never resolves while it does not.
+    pub async fn caught_up<T>(&self, look: impl Fn(&Self) -> Read<T>) -> Option<T> {
+        loop {
+            // Registered before the look, so that a change in between is not missed.
+            let changed = self.pending.changed().notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(answer) = look(self).known() {
+                return answer;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// What `look` answers from `view` when it knows; otherwise `get`'s answer from the API server, raced with
+/// the store catching up (the watch usually delivers our own write a moment after the write's answer),
+/// whichever is first. `answered` is told what the API server answered (usually
+/// [`ClusterView::read_again`]). Without a view (no term yet), `get` answers.
+///
+/// This is the one place where "the store cannot say, ask the API server" is decided.
+pub async fn read_through<T, E>(
+    view: Option<&ClusterView>,
+    look: impl Fn(&ClusterView) -> Read<T>,
+    get: impl std::future::Future<Output = Result<Option<T>, E>>,
+    answered: impl FnOnce(&ClusterView, Option<&T>),
+) -> Result<Option<T>, E> {
+    let Some(view) = view else {
+        return get.await;
+    };
+    if let Some(known) = look(view).known() {
+        return Ok(known);
+    }
+    let live = tokio::select! {
+        live = get => live?,
+        cached = view.caught_up(&look) => return Ok(cached),
+    };
+    answered(view, live.as_ref());
+    Ok(live)
+}

@@ -1,10 +1,9 @@
 //! Publishing the manager's Events without holding up a pass.
 //!
-//! An Event is a record for people (`kubectl describe`), not a step of the pass: a pass that waited for its
-//! Event's round trip before going on spent one more round trip on every state change (on a real API server,
-//! 15-20 ms each; issue 20). Events are handed to one background task that publishes them one after another, in
-//! the order they were given, each within one call's budget ([`super::cluster::retry::CALL_BUDGET`]); a failure is
-//! logged and never fails the pass, as before.
+//! An Event is a record for people (`kubectl describe`), not a step of the pass, so a pass never waits for
+//! one. Events are handed to one background task that publishes them one after another, in the order they
+//! were given, each within one call's budget ([`super::cluster::retry::CALL_BUDGET`]); a failure is logged
+//! and never fails the pass.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, Recorder, Reporter};

@@ -2,8 +2,8 @@
 //! name (plural) and whether it is namespaced, from the API server's discovery, cached for the term
 //! ([`super::Context::kinds`]). A kind the API server does not serve yet is taken from a CustomResourceDefinition
 //! the same manifests install; a kind found in neither is an error naming the kind and where it came from.
-//! Without an entry (before anything was resolved, in pure tests) the built-in table and kube's pluralisation
-//! answer, as for the shipped manifests.
+//! Without an entry (before anything was resolved, in pure tests) the built-in table of scopes
+//! ([`CLUSTER_SCOPED_KINDS`]) and kube's pluralisation answer, as for the shipped manifests.
 
 use kube::api::{ApiResource, GroupVersionKind};
 use serde_json::Value;

@@ -34,8 +34,8 @@ impl CrMemory {
         self
     }
 
-    /// Whether the CR `uid` entering `state` is news to announce: not when this term announced it last (a
-    /// pass that started from a copy of the CR older than the last status write sees the change again).
+    /// Whether the CR `uid` entering `state` is news to announce: not when this term announced it last, so a
+    /// state change is announced once whichever copy of the CR the pass started from.
     pub fn announce(&mut self, uid: &str, state: btp_api::State) -> bool {
         let this = self.of(uid);
         this.announced.replace(state) != Some(state)

@@ -1,5 +1,6 @@
-//! [`Cluster`], the API as one pass uses it, with the reads and writes of the CR itself (finalizer,
-//! annotation), the required Secret and the operand Deployment; the other files of this module add the rest.
+//! [`Cluster`], the API as one pass uses it, with the reads and writes of the CR itself (its current copy,
+//! finalizer, annotation), the required Secret and the operand Deployment; the other files of this module add
+//! the rest.
 
 use super::retry::retrying;
 use crate::config::{Config, Settings};
@@ -208,9 +209,27 @@ impl<'a> Cluster<'a> {
 
     /// The operand Deployment, if it exists.
     pub async fn operand_deployment(&self) -> Result<Option<Deployment>, ApiError> {
-        let deployments = Api::<Deployment>::namespaced(self.client(), &self.config.chart_namespace);
-        retrying(|| deployments.get_opt(&self.config.deployment_name))
-            .await
-            .map_err(api_err("reading the operand Deployment"))
+        let (namespace, name) = (&self.config.chart_namespace, &self.config.deployment_name);
+        let deployments = Api::<Deployment>::namespaced(self.client(), namespace);
+        let key = ObjectKey::new("apps/v1", "Deployment", Some(namespace), name);
+        let view = self.ctx.view();
+        let look = |v: &crate::reconciler::view::ClusterView| {
+            v.module_object(&key, false)
+                .map(|d| serde_json::from_value::<Deployment>(d).ok())
+        };
+        let found = read_through(
+            view.as_deref(),
+            look,
+            async { retrying(|| deployments.get_opt(name)).await.map(Some) },
+            |v, live| {
+                let version = live
+                    .and_then(|d| d.as_ref())
+                    .and_then(|d| d.metadata.resource_version.clone());
+                v.read_again(&key, version)
+            },
+        )
+        .await
+        .map_err(api_err("reading the operand Deployment"))?;
+        Ok(found.flatten())
     }
 }

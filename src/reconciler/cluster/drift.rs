@@ -11,7 +11,7 @@ use crate::reconciler::error::api_err;
 use crate::reconciler::view::{read_through, ObjectKey};
 use btp_api::Reason;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::ResourceExt as _;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -25,21 +25,25 @@ pub struct DriftObservation {
 }
 
 impl Cluster<'_> {
-    /// Namespaces holding an operand Secret we created (labelled managed-by=btp-manager): from the view
-    /// (no request), else by a cluster-wide list.
-    pub async fn operand_secret_namespaces(&self) -> Result<Vec<String>, crate::reconciler::error::ApiError> {
+    /// The operand Secrets we created (labelled managed-by=btp-manager, in every namespace; metadata only):
+    /// from the view (no request), else by a cluster-wide list.
+    pub async fn operand_secrets(&self) -> Result<Vec<ObjectMeta>, crate::reconciler::error::ApiError> {
         let (secrets, selector) = (Api::<Secret>::all(self.client()), drift::operand_secrets_selector());
         let list = async {
             let secrets = retrying(|| secrets.list_metadata(&selector)).await?;
-            Ok(Some(
-                secrets.items.into_iter().filter_map(|s| s.metadata.namespace).collect(),
-            ))
+            Ok(Some(secrets.items.into_iter().map(|s| s.metadata).collect()))
         };
         let view = self.ctx.view();
-        read_through(view.as_deref(), |v| v.operand_secret_namespaces(), list, |_, _| {})
+        read_through(view.as_deref(), |v| v.operand_secrets(), list, |_, _| {})
             .await
             .map(Option::unwrap_or_default)
             .map_err(api_err("listing operand Secrets"))
+    }
+
+    /// The namespaces that hold an operand Secret we created ([`Cluster::operand_secrets`]).
+    pub async fn operand_secret_namespaces(&self) -> Result<Vec<String>, crate::reconciler::error::ApiError> {
+        let secrets = self.operand_secrets().await?;
+        Ok(secrets.into_iter().filter_map(|s| s.namespace).collect())
     }
 
     /// Read what credentials drift needs. The cluster-ID Secret is read in `clusterid_namespace` when given

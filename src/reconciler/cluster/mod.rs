@@ -1,6 +1,7 @@
 //! Every API read and write of the reconciler. The flows (`provision`, `deprovision`) decide; this module
 //! does. Failures carry what was attempted ([`ApiError`](super::error::ApiError)); the flows decide which
-//! reason reports them.
+//! reason reports them. Every read goes through the term's view ([`super::view::read_through`]) and every
+//! write and delete is told to it, so that no read answers from a store behind this process's own write.
 //!
 //! [`Cluster`] and the CR's own reads and writes are in `api.rs`; the apply, the drift reads, the removal and
 //! the ServiceInstances/ServiceBindings each add theirs in a file of their own; [`retry`] is the one retry

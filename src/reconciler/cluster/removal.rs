@@ -111,19 +111,15 @@ impl Cluster<'_> {
         credentials_namespace: Option<&str>,
     ) -> Result<(), RemovalError> {
         let mut failures = Vec::new();
-        // Where the operand Secret lives (read before anything is deleted).
+        // Where the operand Secret lives (read before anything is deleted): only one that carries both labels
+        // of what the manager installs is deleted outside the chart namespace.
         let selector = names::module_resource_selector();
-        let secrets_api = Api::<Secret>::all(self.client());
-        let operand_secret_params = ListParams::default()
-            .labels(&selector)
-            .fields(&format!("metadata.name={}", drift::OPERAND_SECRET));
-        let operand_secrets = retrying(|| secrets_api.list_metadata(&operand_secret_params))
-            .await
-            .map_err(api_err("listing operand Secrets"))?;
-        let ours: Vec<String> = operand_secrets
-            .items
+        let ours: Vec<String> = self
+            .operand_secrets()
+            .await?
             .into_iter()
-            .filter_map(|s| s.metadata.namespace)
+            .filter(|s| names::is_module_resource(s.labels.as_ref()))
+            .filter_map(|s| s.namespace)
             .collect();
         let mut credentials_namespaces = ours.clone();
         credentials_namespaces.push(self.config.chart_namespace.clone());

@@ -127,11 +127,11 @@ impl ClusterView {
             .map(|pods| pods.iter().map(|p| (**p).clone()).collect())
     }
 
-    /// The namespaces that hold an operand Secret we created.
-    pub fn operand_secret_namespaces(&self) -> Read<Vec<String>> {
+    /// The operand Secrets we created, in every namespace (metadata only).
+    pub fn operand_secrets(&self) -> Read<Vec<kube::api::ObjectMeta>> {
         self.operand_secrets
             .list(&self.pending)
-            .map(|secrets| secrets.iter().filter_map(|s| s.metadata.namespace.clone()).collect())
+            .map(|secrets| secrets.iter().map(|s| s.metadata.clone()).collect())
     }
 
     /// The `default/kubernetes` EndpointSlices.

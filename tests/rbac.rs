@@ -343,12 +343,13 @@ fn allowed_unused() -> BTreeMap<Triple, &'static str> {
     ] {
         out.insert(Triple::new(verb, group, resource), outdated);
     }
-    // Passes read these from watch-fed caches; a GET is their fallback (a cache that has not listed yet, or
-    // has not caught up with the manager's own write: src/reconciler/cache.rs), which a scenario on a
-    // loopback API server does not hit.
-    let lagging = "compare-before-apply read while its cache lags behind the manager's own write";
+    // Passes read these through the view's watch-fed stores; a GET is their fallback (a store that has not
+    // listed yet, or has not caught up with the manager's own write: src/reconciler/view/), which a
+    // scenario on a loopback API server does not hit.
+    let lagging = "read while its store lags behind the manager's own write (docs/behaviour.md#the-read-path)";
     for (group, resource) in [
         ("", "serviceaccounts"),
+        ("apps", "deployments"),
         ("", "services"),
         ("apiextensions.k8s.io", "customresourcedefinitions"),
         ("networking.k8s.io", "networkpolicies"),

@@ -80,15 +80,17 @@ impl Report {
     /// The report for a terminal: a line per check, its fix indented below, a summary line last.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
+        // One column for the names, as wide as the widest.
+        let width = self.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
         for c in &self.checks {
             let mark = match c.verdict {
                 Verdict::Pass => "ok  ",
                 Verdict::Warn => "WARN",
                 Verdict::Fail => "FAIL",
             };
-            out.push_str(&format!("{mark} {:<14} {}\n", c.name, c.message));
+            out.push_str(&format!("{mark} {:<width$} {}\n", c.name, c.message));
             if let Some(fix) = &c.fix {
-                out.push_str(&format!("     {:<14} fix: {fix}\n", ""));
+                out.push_str(&format!("     {:<width$} fix: {fix}\n", ""));
             }
         }
         let count = |v: Verdict| self.checks.iter().filter(|c| c.verdict == v).count();
@@ -125,5 +127,24 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(json["checks"][2]["verdict"], "fail");
         assert!(json["checks"][0].get("fix").is_none());
+    }
+
+    #[test]
+    fn every_message_starts_in_one_column_however_long_a_name_is() {
+        let mut r = Report::default();
+        r.extend([
+            Check::pass("crd", "matches"),
+            Check::pass("apiserver-egress", "reachable"),
+            Check::fail("rbac", "lacks", "apply"),
+        ]);
+        let text = r.to_text();
+        let columns: Vec<usize> = ["matches", "reachable", "lacks", "fix: apply"]
+            .iter()
+            .map(|m| {
+                let line = text.lines().find(|l| l.ends_with(m)).expect("a line per message");
+                line.len() - m.len()
+            })
+            .collect();
+        assert!(columns.iter().all(|c| *c == columns[0]), "{text}");
     }
 }

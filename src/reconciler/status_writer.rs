@@ -78,7 +78,7 @@ impl<'a> StatusWriter<'a> {
         // The next pass reads the CR as new as this write (docs/behaviour.md#the-read-path).
         if let Some(view) = self.ctx.view() {
             let key = super::view::cr_key(&written.namespace().unwrap_or_default(), &written.name_any());
-            view.wrote(&key, written.metadata.resource_version);
+            view.wrote(&key, &written.metadata);
         }
         let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state)
             && self

@@ -7,7 +7,7 @@ use crate::config::{Config, Settings};
 use crate::reconciler::context::Context;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::resources;
-use crate::reconciler::view::{cr_key, read_through, ObjectKey};
+use crate::reconciler::view::{cr_key, read_through, ObjectKey, Read};
 use btp_api::{names, BtpOperator};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -96,11 +96,16 @@ impl<'a> Cluster<'a> {
     }
 
     /// Tell the view that this pass wrote the CR (`answer`: the API server's answer), so that no later read
-    /// of it comes from a store that has not caught up (see [`crate::reconciler::view`]).
+    /// of it comes from a store that has not caught up (see [`crate::reconciler::view`]). A CR being deleted
+    /// whose last finalizer this write removed is gone.
     pub(super) fn wrote_cr(&self, answer: &BtpOperator) {
         if let Some(view) = self.ctx.view() {
             let key = cr_key(&answer.namespace().unwrap_or_default(), &answer.name_any());
-            view.wrote(&key, answer.metadata.resource_version.clone());
+            let gone = answer.metadata.deletion_timestamp.is_some() && answer.finalizers().is_empty();
+            match gone {
+                true => view.deleted(&key),
+                false => view.wrote(&key, &answer.metadata),
+            }
         }
     }
 
@@ -213,9 +218,13 @@ impl<'a> Cluster<'a> {
         let deployments = Api::<Deployment>::namespaced(self.client(), namespace);
         let key = ObjectKey::new("apps/v1", "Deployment", Some(namespace), name);
         let view = self.ctx.view();
-        let look = |v: &crate::reconciler::view::ClusterView| {
-            v.module_object(&key, false)
-                .map(|d| serde_json::from_value::<Deployment>(d).ok())
+        // A copy that does not decode is not known: the API server answers.
+        let look = |v: &crate::reconciler::view::ClusterView| match v.module_object(&key, false) {
+            Read::Present(d) => {
+                serde_json::from_value::<Deployment>(d).map_or(Read::NotKnown, |d| Read::Present(Some(d)))
+            }
+            Read::Absent => Read::Absent,
+            Read::NotKnown => Read::NotKnown,
         };
         let found = read_through(
             view.as_deref(),

@@ -415,7 +415,7 @@ impl Cluster<'_> {
         let applied = retrying(|| api.patch(&name, &params, &patch)).await;
         match (&applied, view) {
             // Read from the API server until the store shows this write.
-            (Ok(applied), Some(view)) => view.wrote(&key, applied.metadata.resource_version.clone()),
+            (Ok(applied), Some(view)) => view.wrote(&key, &applied.metadata),
             (Err(_), Some(view)) => view.write_failed(&key),
             (_, None) => {}
         }

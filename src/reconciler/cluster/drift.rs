@@ -8,7 +8,7 @@ use crate::reconciler::credentials::Credentials;
 use crate::reconciler::drift;
 use crate::reconciler::end::{retry, End};
 use crate::reconciler::error::api_err;
-use crate::reconciler::view::{read_through, ObjectKey};
+use crate::reconciler::view::{read_through, ClusterView, ObjectKey};
 use btp_api::Reason;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
@@ -34,7 +34,10 @@ impl Cluster<'_> {
             Ok(Some(secrets.items.into_iter().map(|s| s.metadata).collect()))
         };
         let view = self.ctx.view();
-        read_through(view.as_deref(), |v| v.operand_secrets(), list, |_, _| {})
+        let answered = |v: &ClusterView, found: Option<&Vec<ObjectMeta>>| {
+            v.operand_secrets_listed(found.map_or(&[], Vec::as_slice))
+        };
+        read_through(view.as_deref(), |v| v.operand_secrets(), list, answered)
             .await
             .map(Option::unwrap_or_default)
             .map_err(api_err("listing operand Secrets"))
@@ -121,7 +124,9 @@ impl Cluster<'_> {
             },
             async {
                 let list = async { retrying(|| pods.list(&params)).await.map(|l| Some(l.items)) };
-                read_through(view, |v| v.operand_pods(chart_namespace), list, |_, _| {})
+                let answered =
+                    |v: &ClusterView, found: Option<&Vec<Pod>>| v.operand_pods_listed(found.map_or(&[], Vec::as_slice));
+                read_through(view, |v| v.operand_pods(chart_namespace), list, answered)
                     .await
                     .map(Option::unwrap_or_default)
             },
@@ -198,15 +203,21 @@ impl Cluster<'_> {
             let secrets: Api<Secret> = Api::namespaced(self.client(), &self.config.chart_namespace);
             let patch = json!({"metadata": {"annotations": annotations}});
             let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
-            let patched = retrying(|| secrets.patch(&self.config.secret_name, &params, &patch))
-                .await
+            // Its watch delivers this write back: an echo of ours, not a change that may cut a backoff short.
+            let key = ObjectKey::core("Secret", &self.config.chart_namespace, &self.config.secret_name);
+            let view = self.ctx.view();
+            if let Some(view) = &view {
+                view.writing(&key);
+            }
+            let patched = retrying(|| secrets.patch(&self.config.secret_name, &params, &patch)).await;
+            match (&patched, &view) {
+                (Ok(patched), Some(view)) => view.wrote(&key, &patched.metadata),
+                (Err(_), Some(view)) => view.write_failed(&key),
+                (_, None) => {}
+            }
+            patched
                 .map_err(api_err("annotating the required Secret"))
                 .map_err(retry(Reason::AnnotatingSecretFailed))?;
-            // Its watch delivers this write back: an echo of ours, not a change that may cut a backoff short.
-            if let Some(view) = self.ctx.view() {
-                let key = ObjectKey::core("Secret", &self.config.chart_namespace, &self.config.secret_name);
-                view.wrote(&key, patched.metadata.resource_version);
-            }
         }
         if let Some(ns) = &actions.delete_clusterid_secret_in {
             let api: Api<Secret> = Api::namespaced(self.client(), ns);
@@ -231,6 +242,7 @@ impl Cluster<'_> {
             self.delete_ignoring_not_found(&api, drift::OPERAND_SECRET, &format!("{ns}/{}", drift::OPERAND_SECRET))
                 .await
                 .map_err(retry(Reason::ResourceRemovalFailed))?;
+            self.deleted(&ObjectKey::core("Secret", ns, drift::OPERAND_SECRET));
         }
         Ok(())
     }

@@ -182,7 +182,10 @@ impl Cluster<'_> {
                         &format!("Secret {ns}/{}", drift::OPERAND_SECRET),
                     )
                     .await;
-                failures.extend(ours.err());
+                match ours {
+                    Ok(()) => self.deleted(&ObjectKey::core("Secret", ns, drift::OPERAND_SECRET)),
+                    Err(e) => failures.push(e),
+                }
             }
             let clusterid = self
                 .delete_ignoring_not_found(
@@ -191,7 +194,10 @@ impl Cluster<'_> {
                     &format!("Secret {ns}/{}", drift::CLUSTER_ID_SECRET),
                 )
                 .await;
-            failures.extend(clusterid.err());
+            match clusterid {
+                Ok(()) => self.deleted(&ObjectKey::core("Secret", ns, drift::CLUSTER_ID_SECRET)),
+                Err(e) => failures.push(e),
+            }
         }
         if failures.is_empty() {
             Ok(())

@@ -18,7 +18,8 @@ pub enum Selection {
 }
 
 /// Where a watch looks: its namespace (None: every namespace, or the kind is cluster-scoped), whether the
-/// kind is namespaced, and the one name it selects, if it selects by name.
+/// kind is namespaced, the one name it selects, if it selects by name, and the one label it selects, if it
+/// selects by label.
 #[derive(Clone, Copy, Debug)]
 pub struct Scope<'a> {
     /// The namespace watched.
@@ -27,6 +28,8 @@ pub struct Scope<'a> {
     pub namespaced: bool,
     /// The name a field selector picks, if any.
     pub name: Option<&'a str>,
+    /// The label (key, value) a label selector picks, if any.
+    pub label: Option<(&'a str, &'a str)>,
 }
 
 /// A store of one kind, fed by a watch on its [`Scope`].
@@ -44,6 +47,8 @@ where
     namespaced: bool,
     /// The one name the watch selects, if it selects by name.
     name: Option<String>,
+    /// The one label the watch selects, if it selects by label.
+    label: Option<(String, String)>,
     selection: Selection,
     store: Store<K>,
 }
@@ -83,6 +88,7 @@ where
             namespace: scope.namespace.filter(|_| scope.namespaced).map(str::to_string),
             namespaced: scope.namespaced,
             name: scope.name.map(str::to_string),
+            label: scope.label.map(|(k, v)| (k.to_string(), v.to_string())),
             selection,
             store,
         }
@@ -95,7 +101,11 @@ where
 
     /// The key of `obj`, as this store holds it.
     pub fn key_of(&self, obj: &K) -> ObjectKey {
-        let meta = obj.meta();
+        self.key_of_meta(obj.meta())
+    }
+
+    /// The key of the object `meta` describes, as this store would hold it.
+    pub fn key_of_meta(&self, meta: &kube::api::ObjectMeta) -> ObjectKey {
         let namespace = meta.namespace.as_deref().filter(|_| self.namespaced);
         ObjectKey::new(
             &self.api_version,
@@ -179,6 +189,8 @@ where
 pub trait AnyKept: Send + Sync {
     /// Which store this is.
     fn id(&self) -> StoreId;
+    /// Whether the watch would select an object carrying `labels` (None: not known, taken as yes).
+    fn admits(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool;
     /// Whether `key` is of the store's kind and in the scope its watch sees.
     fn covers(&self, key: &ObjectKey) -> bool;
     /// Whether the store, listed, shows `key` at `resource_version` (None: absent).
@@ -194,6 +206,13 @@ where
 {
     fn id(&self) -> StoreId {
         self.id
+    }
+
+    fn admits(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+        match (&self.label, labels) {
+            (Some((key, value)), Some(labels)) => labels.get(key) == Some(value),
+            _ => true,
+        }
     }
 
     fn covers(&self, key: &ObjectKey) -> bool {

@@ -117,18 +117,20 @@ impl Pending {
         }
     }
 
-    /// Record what this process saw of `key` directly, unless a store already shows exactly that
-    /// (`shown`): an entry left then would never clear, and would take every later change of the object
-    /// for an echo of ours.
-    pub fn record(&self, entry: Entry, seen: Seen, shown: bool) {
+    /// Record what this process saw of `entry` directly, unless its store already shows exactly that
+    /// (`shown`, asked under the lock so that a delivery cannot slip between the look and the record): an
+    /// entry left then would never clear, and would take every later change of the object for an echo of
+    /// ours.
+    pub fn record(&self, entry: Entry, seen: Seen, shown: impl FnOnce(&Seen) -> bool) {
         let mut entries = self.lock();
-        match shown {
-            true => entries.remove(&entry),
-            false => entries.insert(entry, seen),
-        };
+        if shown(&seen) {
+            entries.remove(&entry);
+        } else {
+            entries.insert(entry, seen);
+        }
     }
 
-    /// The write announced as [`Seen::InFlight`] failed: nothing of ours is pending for `key` any more
+    /// The write announced as [`Seen::InFlight`] failed: nothing of ours is pending for `entry` any more
     /// (unless something else was recorded meanwhile).
     pub fn write_failed(&self, entry: &Entry) {
         let mut entries = self.lock();
@@ -137,11 +139,18 @@ impl Pending {
         }
     }
 
-    /// A read of the API server answered `seen` for `key`: it replaces what is pending (a read of an object
-    /// no write of ours touched leaves nothing to wait for).
-    pub fn read_again(&self, entry: &Entry, seen: Seen) {
-        if let Some(pending) = self.lock().get_mut(entry) {
-            *pending = seen;
+    /// A read of the API server answered `seen` for `entry`: it replaces what is pending, or clears it when
+    /// the store already shows the same (`shown`, asked under the lock). A read of an object no write of ours
+    /// touched leaves nothing to wait for.
+    pub fn read_again(&self, entry: &Entry, seen: Seen, shown: impl FnOnce(&Seen) -> bool) {
+        let mut entries = self.lock();
+        if !entries.contains_key(entry) {
+            return;
+        }
+        if shown(&seen) {
+            entries.remove(entry);
+        } else {
+            entries.insert(entry.clone(), seen);
         }
     }
 }
@@ -193,7 +202,7 @@ mod tests {
         let p = Pending::default();
         let k = key("sap-btp-service-operator");
         assert_eq!(p.delivered(&k, Some("3")), Cause::Theirs, "nothing of ours pending");
-        p.record(k.clone(), Seen::At("5".into()), false);
+        p.record(k.clone(), Seen::At("5".into()), |_| false);
         assert_eq!(
             p.delivered(&k, Some("4")),
             Cause::Ours,
@@ -201,7 +210,7 @@ mod tests {
         );
         assert_eq!(p.delivered(&k, Some("5")), Cause::Ours, "the echo of our write");
         assert_eq!(p.delivered(&k, Some("5")), Cause::Theirs, "an echo counts once");
-        p.record(k.clone(), Seen::Gone, false);
+        p.record(k.clone(), Seen::Gone, |_| false);
         assert_eq!(p.delivered(&k, None), Cause::Ours, "the echo of our delete");
         assert_eq!(p.delivered(&k, None), Cause::Theirs);
     }
@@ -210,9 +219,9 @@ mod tests {
     fn a_write_in_flight_takes_every_delivery_for_ours_until_it_answers_or_fails() {
         let p = Pending::default();
         let k = key("ca-server-cert");
-        p.record(k.clone(), Seen::InFlight, false);
+        p.record(k.clone(), Seen::InFlight, |_| false);
         assert_eq!(p.delivered(&k, Some("5")), Cause::Ours, "delivered before the answer");
-        p.record(k.clone(), Seen::At("5".into()), true);
+        p.record(k.clone(), Seen::At("5".into()), |_| true);
         assert!(p.lock().is_empty(), "the store shows the answer: nothing pending");
         assert_eq!(
             p.delivered(&k, Some("6")),
@@ -220,8 +229,8 @@ mod tests {
             "a later change is someone else's"
         );
 
-        p.record(k.clone(), Seen::InFlight, false);
-        p.record(key("other"), Seen::At("1".into()), false);
+        p.record(k.clone(), Seen::InFlight, |_| false);
+        p.record(key("other"), Seen::At("1".into()), |_| false);
         p.write_failed(&k);
         p.write_failed(&key("other"));
         assert_eq!(
@@ -229,7 +238,7 @@ mod tests {
             vec![&key("other")],
             "only the failed write is forgotten"
         );
-        p.record((1, key("other").1), Seen::At("1".into()), false);
+        p.record((1, key("other").1), Seen::At("1".into()), |_| false);
         assert_eq!(p.delivered(&key("other"), Some("1")), Cause::Ours);
         assert_eq!(
             p.lock().keys().collect::<Vec<_>>(),
@@ -241,11 +250,13 @@ mod tests {
     #[test]
     fn a_read_of_the_server_replaces_only_what_is_pending() {
         let p = Pending::default();
-        p.read_again(&key("a"), Seen::At("3".into()));
+        p.read_again(&key("a"), Seen::At("3".into()), |_| false);
         assert!(p.lock().is_empty(), "nothing of ours pending: nothing to wait for");
-        p.record(key("a"), Seen::At("3".into()), false);
-        p.read_again(&key("a"), Seen::At("4".into()));
+        p.record(key("a"), Seen::At("3".into()), |_| false);
+        p.read_again(&key("a"), Seen::At("4".into()), |_| false);
         assert_eq!(p.lock().get(&key("a")), Some(&Seen::At("4".into())));
+        p.read_again(&key("a"), Seen::At("5".into()), |seen| *seen == Seen::At("5".into()));
+        assert!(p.lock().is_empty(), "the store already shows what the server answered");
     }
 
     #[test]

@@ -54,14 +54,15 @@ fn keyer<K: kube::Resource>(
 }
 
 /// The watch of `api` seen through `config`, feeding `writer`; yields once per change its store took, with
-/// its cause: an echo of our own write, or not ([`cause_of_change`]). A relist cannot tell (it reports
-/// what changed while the watch was down, ours or not): it counts as ours.
+/// its cause: an echo of our own write, or not ([`cause_of_change`]). A relist cannot tell (it reports what
+/// changed while the watch was down): it counts as `relist`, ours for what the manager writes (held back
+/// like its echoes while a failed pass waits), someone else's for what people or the API server change.
 fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
     key: impl Fn(&K) -> Entry + Send + 'static,
-    pending: Arc<Pending>,
+    (pending, relist): (Arc<Pending>, Cause),
 ) -> impl Stream<Item = Cause> + Send + 'static
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -101,7 +102,7 @@ where
                 Ok(watcher::Event::InitDone) => {
                     // A store that just listed may answer what waits for it.
                     pending.changed().notify_waiters();
-                    Some(Cause::Ours)
+                    Some(relist)
                 }
                 Ok(watcher::Event::Init) => None,
                 Err(e) => {
@@ -126,7 +127,9 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
         namespace: Some(chart_namespace),
         namespaced: true,
         name: None,
+        label: None,
     };
+    let ours = Some((names::MANAGED_BY_LABEL, names::MANAGED_BY_BTP_MANAGER));
     let mut triggers: Vec<BoxStream<'static, Cause>> = Vec::new();
 
     // The BtpOperators, cluster-wide: the controller reads them from here, and so does a pass.
@@ -136,6 +139,7 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
         namespace: None,
         namespaced: true,
         name: None,
+        label: None,
     };
     let id = next_id();
     let crs = Kept::new(
@@ -174,7 +178,9 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
     let credentials = Kept::new(id, ("v1", "Secret"), (), scope, Selection::Some, writer.as_reader());
     let api = Api::<Secret>::namespaced(client.clone(), chart_namespace);
     let key = keyer(id, "v1", "Secret", true);
-    triggers.push(reflect(api, by_name(secret_name), writer, key, pending.clone()).boxed());
+    // Changed by people: a relist brings a pass even while a failed one waits (the manager only annotates it).
+    let watched = (pending.clone(), Cause::Theirs);
+    triggers.push(reflect(api, by_name(secret_name), writer, key, watched).boxed());
 
     // The module's objects.
     let mut module = Vec::new();
@@ -199,6 +205,7 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
         let id = next_id();
         let scope = Scope {
             namespaced,
+            label: ours.filter(|_| selection == Selection::Some),
             ..in_chart_namespace
         };
         module.push(Kept::new(
@@ -210,7 +217,7 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
             writer.as_reader(),
         ));
         let key = keyer(id, api_version, kind, namespaced);
-        triggers.push(reflect(api, config, writer, key, pending.clone()).boxed());
+        triggers.push(reflect(api, config, writer, key, (pending.clone(), Cause::Ours)).boxed());
     }
 
     // The API server's EndpointSlices: their ports are rendered into the network policies.
@@ -220,6 +227,7 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
         namespace: Some(API_SERVER_SLICES_NAMESPACE),
         namespaced: true,
         name: None,
+        label: API_SERVER_SLICES_SELECTOR.split_once('='),
     };
     let slices = Kept::new(
         id,
@@ -232,7 +240,8 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
     let api = Api::<EndpointSlice>::namespaced(client.clone(), API_SERVER_SLICES_NAMESPACE);
     let config = watcher::Config::default().labels(API_SERVER_SLICES_SELECTOR);
     let key = keyer(id, "discovery.k8s.io/v1", "EndpointSlice", true);
-    triggers.push(reflect(api, config, writer, key, pending.clone()).boxed());
+    // The API server's own: never an echo of the manager's.
+    triggers.push(reflect(api, config, writer, key, (pending.clone(), Cause::Theirs)).boxed());
 
     // What brings no pass: the cluster-ID Secrets, the operand's Secrets and its pods.
     let writer = Writer::<Secret>::default();
@@ -244,12 +253,19 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
     let clusterid = Kept::new(id, ("v1", "Secret"), (), scope, Selection::Some, writer.as_reader());
     let api = Api::<Secret>::all(client.clone());
     let key = keyer(id, "v1", "Secret", true);
-    let clusterid_watch = reflect(api, by_name(drift::CLUSTER_ID_SECRET), writer, key, pending.clone());
+    let clusterid_watch = reflect(
+        api,
+        by_name(drift::CLUSTER_ID_SECRET),
+        writer,
+        key,
+        (pending.clone(), Cause::Ours),
+    );
 
     let writer = Writer::<PartialObjectMeta<Secret>>::default();
     let id = next_id();
     let scope = Scope {
         name: Some(drift::OPERAND_SECRET),
+        label: ours,
         ..everywhere
     };
     let operand_secrets = Kept::new(id, ("v1", "Secret"), (), scope, Selection::Some, writer.as_reader());
@@ -259,7 +275,7 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
         .fields(selector.field_selector.as_deref().unwrap_or_default());
     let api = Api::<PartialObjectMeta<Secret>>::all(client.clone());
     let key = keyer(id, "v1", "Secret", true);
-    let operand_secrets_watch = reflect(api, config, writer, key, pending.clone());
+    let operand_secrets_watch = reflect(api, config, writer, key, (pending.clone(), Cause::Ours));
 
     let writer = Writer::<Pod>::default();
     let id = next_id();
@@ -267,20 +283,18 @@ pub fn start(client: &kube::Client, chart_namespace: &str, secret_name: &str) ->
         id,
         ("v1", "Pod"),
         (),
-        in_chart_namespace,
+        Scope {
+            label: Some((drift::OPERAND_POD_LABEL, drift::OPERAND_POD_LABEL_VALUE)),
+            ..in_chart_namespace
+        },
         Selection::Some,
         writer.as_reader(),
     );
     let selector = format!("{}={}", drift::OPERAND_POD_LABEL, drift::OPERAND_POD_LABEL_VALUE);
     let api = Api::<Pod>::namespaced(client.clone(), chart_namespace);
     let key = keyer(id, "v1", "Pod", true);
-    let pods_watch = reflect(
-        api,
-        watcher::Config::default().labels(&selector),
-        writer,
-        key,
-        pending.clone(),
-    );
+    let config = watcher::Config::default().labels(&selector);
+    let pods_watch = reflect(api, config, writer, key, (pending.clone(), Cause::Ours));
 
     let keep = async move {
         futures::join!(

@@ -9,6 +9,7 @@ use btp_api::BtpOperator;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::DynamicObject;
+use kube::api::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use serde_json::Value;
 use std::sync::Arc;
@@ -151,17 +152,22 @@ impl ClusterView {
     /// answer arrives), and reads of it go to the API server. [`ClusterView::write_failed`] undoes it.
     pub fn writing(&self, key: &ObjectKey) {
         for store in self.keeping(key) {
-            self.pending.record((store.id(), key.clone()), Seen::InFlight, false);
+            self.pending
+                .record((store.id(), key.clone()), Seen::InFlight, |_| false);
         }
     }
 
-    /// A write of `key` answered at `resource_version` (None: the object is gone): each store that sees
-    /// `key` answers for it again once it shows that version.
-    pub fn wrote(&self, key: &ObjectKey, resource_version: Option<String>) {
+    /// A write of `key` answered `answer`: each store whose watch selects the object answers for it again
+    /// once it shows that version; the others forget what [`ClusterView::writing`] announced.
+    pub fn wrote(&self, key: &ObjectKey, answer: &ObjectMeta) {
+        let seen = Seen::from_version(answer.resource_version.clone());
         for store in self.keeping(key) {
-            let shown = store.shows(key, resource_version.as_deref());
-            let seen = Seen::from_version(resource_version.clone());
-            self.pending.record((store.id(), key.clone()), seen, shown);
+            let entry = (store.id(), key.clone());
+            if store.admits(answer.labels.as_ref()) {
+                self.pending.record(entry, seen.clone(), |seen| shown(store, key, seen));
+            } else {
+                self.pending.write_failed(&entry);
+            }
         }
     }
 
@@ -172,21 +178,27 @@ impl ClusterView {
         }
     }
 
-    /// This process deleted `key`: reads of it go to the API server until a store shows it gone.
+    /// This process deleted `key`: each store that holds it answers for it again once it shows it gone.
     pub fn deleted(&self, key: &ObjectKey) {
-        self.wrote(key, None);
+        for store in self.keeping(key) {
+            self.pending
+                .record((store.id(), key.clone()), Seen::Gone, |seen| shown(store, key, seen));
+        }
     }
 
-    /// Every object of `kind` was deleted (by a delete of the collection), and so was anything of that kind
-    /// this process wrote that no store has shown yet: until a store shows each gone, it is read from the
-    /// API server.
+    /// Every module object of `kind` was deleted (by a delete of the collection in the chart namespace, or
+    /// cluster-wide for a cluster-scoped kind), and so was anything of that kind this process wrote that the
+    /// module's stores have not shown yet: until they show each gone, it is read from the API server.
     pub fn removed(&self, api_version: &str, kind: &str) {
-        let held: Vec<(usize, ObjectKey)> = self
-            .stores()
+        let module = self.module.iter().map(|k| k as &dyn AnyKept);
+        let held: Vec<(usize, ObjectKey)> = module
+            .clone()
             .flat_map(|s| s.held(api_version, kind).into_iter().map(move |k| (s.id(), k)))
             .collect();
+        let ids: Vec<usize> = module.map(|s| s.id()).collect();
         let mut entries = self.pending.lock();
-        for (_, seen) in entries.iter_mut().filter(|((_, k), _)| k.is(api_version, kind)) {
+        let ours = |((id, k), _): &(&(usize, ObjectKey), &mut Seen)| ids.contains(id) && k.is(api_version, kind);
+        for (_, seen) in entries.iter_mut().filter(|e| ours(e)) {
             *seen = Seen::Gone;
         }
         for entry in held {
@@ -197,10 +209,22 @@ impl ClusterView {
     /// A read of the API server answered `key` at `resource_version` (None: absent): it replaces what is
     /// pending for `key`, so that each store answers again once it shows the same.
     pub fn read_again(&self, key: &ObjectKey, resource_version: Option<String>) {
+        let seen = Seen::from_version(resource_version);
         for store in self.keeping(key) {
-            let seen = Seen::from_version(resource_version.clone());
-            self.pending.read_again(&(store.id(), key.clone()), seen);
+            let entry = (store.id(), key.clone());
+            self.pending
+                .read_again(&entry, seen.clone(), |seen| shown(store, key, seen));
         }
+    }
+
+    /// A list of the API server answered the operand Secrets `found` (see [`relisted`]).
+    pub fn operand_secrets_listed(&self, found: &[ObjectMeta]) {
+        relisted(&self.pending, &self.operand_secrets, found.iter());
+    }
+
+    /// A list of the API server answered the operand pods `found` (see [`relisted`]).
+    pub fn operand_pods_listed(&self, found: &[Pod]) {
+        relisted(&self.pending, &self.pods, found.iter().map(|p| &p.metadata));
     }
 
     /// What `look` answers once it knows (a store caught up). Never resolves while it does not.
@@ -215,6 +239,39 @@ impl ClusterView {
             }
             changed.await;
         }
+    }
+}
+
+/// Whether `store` shows `key` as `seen` (a write in flight is never shown).
+fn shown(store: &dyn AnyKept, key: &ObjectKey, seen: &Seen) -> bool {
+    match seen {
+        Seen::At(version) => store.shows(key, Some(version)),
+        Seen::Gone => store.shows(key, None),
+        Seen::InFlight => false,
+    }
+}
+
+/// A list of the API server answered `found` for `store`: each of its pending entries takes what the list
+/// says of it (present at a version, or absent), as [`ClusterView::read_again`] does for one object.
+fn relisted<'a, K>(pending: &Pending, store: &Kept<K>, found: impl Iterator<Item = &'a ObjectMeta>)
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let versions: std::collections::HashMap<ObjectKey, Option<String>> = found
+        .map(|meta| (store.key_of_meta(meta), meta.resource_version.clone()))
+        .collect();
+    let mine: Vec<ObjectKey> = pending
+        .lock()
+        .keys()
+        .filter(|(id, _)| *id == AnyKept::id(store))
+        .map(|(_, k)| k.clone())
+        .collect();
+    for key in mine {
+        let seen = Seen::from_version(versions.get(&key).cloned().flatten());
+        pending.read_again(&(AnyKept::id(store), key.clone()), seen, |seen| {
+            shown(store, &key, seen)
+        });
     }
 }
 

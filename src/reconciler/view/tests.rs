@@ -9,7 +9,7 @@ use btp_api::BtpOperator;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ApiResource;
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, ObjectMeta};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
@@ -35,6 +35,7 @@ fn in_ns() -> Scope<'static> {
         namespace: Some(NS),
         namespaced: true,
         name: None,
+        label: None,
     }
 }
 
@@ -43,8 +44,11 @@ fn everywhere(name: Option<&'static str>) -> Scope<'static> {
         namespace: None,
         namespaced: true,
         name,
+        label: None,
     }
 }
+
+const OURS: Option<(&str, &str)> = Some(("app.kubernetes.io/managed-by", "btp-manager"));
 
 fn module_store(
     id: usize,
@@ -54,14 +58,11 @@ fn module_store(
 ) -> (Kept<DynamicObject>, Writer<DynamicObject>) {
     let resource = crate::reconciler::kinds::Kinds::default().api_resource(api_version, kind);
     let writer = Writer::new(resource.clone());
-    let kept = Kept::new(
-        id,
-        (api_version, kind),
-        resource,
-        in_ns(),
-        selection,
-        writer.as_reader(),
-    );
+    let scope = Scope {
+        label: OURS.filter(|_| selection == Selection::Some),
+        ..in_ns()
+    };
+    let kept = Kept::new(id, (api_version, kind), resource, scope, selection, writer.as_reader());
     (kept, writer)
 }
 
@@ -109,7 +110,10 @@ fn fed() -> Fed {
             5,
             ("v1", "Secret"),
             (),
-            everywhere(Some(crate::reconciler::drift::OPERAND_SECRET)),
+            Scope {
+                label: OURS,
+                ..everywhere(Some(crate::reconciler::drift::OPERAND_SECRET))
+            },
             Selection::Some,
             operand_secrets.as_reader(),
         ),
@@ -153,6 +157,15 @@ where
         w.apply_watcher_event(&Event::InitApply(o));
     }
     w.apply_watcher_event(&Event::InitDone);
+}
+
+/// A write's answer at `rv`, labelled as the manager labels what it applies.
+fn answer(rv: &str) -> ObjectMeta {
+    ObjectMeta {
+        resource_version: Some(rv.into()),
+        labels: Some([(btp_api::names::MANAGED_BY_LABEL.to_string(), "btp-manager".to_string())].into()),
+        ..ObjectMeta::default()
+    }
 }
 
 fn secret(name: &str) -> ObjectKey {
@@ -208,7 +221,7 @@ fn our_write_is_read_from_the_server_until_the_store_shows_it() {
     let r = secret_resource();
     listed(&mut f.secrets, vec![object(&r, "ca-server-cert", "4")]);
     let k = secret("ca-server-cert");
-    f.view.wrote(&k, Some("5".into()));
+    f.view.wrote(&k, &answer("5"));
     assert_eq!(
         f.view.module_object(&k, false),
         Read::NotKnown,
@@ -221,7 +234,7 @@ fn our_write_is_read_from_the_server_until_the_store_shows_it() {
 
     // A create the store has not seen yet reads from the server too (no regeneration from a stale copy).
     let k = secret("webhook-server-cert");
-    f.view.wrote(&k, Some("6".into()));
+    f.view.wrote(&k, &answer("6"));
     assert_eq!(f.view.module_object(&k, false), Read::NotKnown);
     // A read of the server while the store lags replaces what is pending.
     f.view.read_again(&k, Some("7".into()));
@@ -242,7 +255,7 @@ fn each_store_that_holds_an_object_catches_up_with_our_write_on_its_own() {
     listed(&mut f.secrets, vec![object(&r, name, "4")]);
     listed(&mut f.operand_secrets, vec![meta.clone()]);
     let k = secret(name);
-    f.view.wrote(&k, Some("5".into()));
+    f.view.wrote(&k, &answer("5"));
     // The operand Secrets' store delivers our write first; the module's still shows the older copy.
     meta.metadata.resource_version = Some("5".into());
     f.operand_secrets.apply_watcher_event(&Event::Apply(meta));
@@ -264,7 +277,7 @@ fn once_the_watch_delivered_our_write_a_later_change_of_someone_elses_is_read_fr
     let r = secret_resource();
     listed(&mut f.secrets, vec![]);
     let k = secret("sap-btp-service-operator");
-    f.view.wrote(&k, Some("5".into()));
+    f.view.wrote(&k, &answer("5"));
     let entry = (0, k.clone());
     // Someone else's change is not what we wrote: still pending.
     f.view.pending.delivered(&entry, Some("4"));
@@ -292,7 +305,7 @@ fn a_write_the_store_already_shows_leaves_nothing_pending() {
         Cause::Ours,
         "in flight"
     );
-    f.view.wrote(&k, Some("5".into()));
+    f.view.wrote(&k, &answer("5"));
     assert!(f.view.pending.lock().is_empty(), "the store shows it: nothing pending");
     assert_eq!(
         f.view.pending.delivered(&(0, k.clone()), Some("6")),
@@ -310,7 +323,7 @@ fn what_no_store_sees_is_not_recorded() {
     let f = fed();
     let k = ObjectKey::new("example.com/v1", "Widget", Some(NS), "w");
     f.view.writing(&k);
-    f.view.wrote(&k, Some("3".into()));
+    f.view.wrote(&k, &answer("3"));
     assert!(
         f.view.pending.lock().is_empty(),
         "nothing would ever clear it, and nothing reads it from a store"
@@ -324,7 +337,7 @@ async fn a_read_sent_to_the_server_is_answered_by_the_store_once_its_watch_deliv
     let r = secret_resource();
     listed(&mut f.secrets, vec![]);
     let k = secret("ca-server-cert");
-    f.view.wrote(&k, Some("5".into()));
+    f.view.wrote(&k, &answer("5"));
     let waiting = f.view.caught_up(|v| v.module_object(&k, false));
     tokio::pin!(waiting);
     assert!(waiting.as_mut().now_or_never().is_none(), "the store has not caught up");
@@ -392,8 +405,11 @@ fn what_a_deprovisioning_removed_is_read_from_the_server_until_the_store_sees_it
     clusterid.metadata.resource_version = Some("3".into());
     listed(&mut f.clusterid, vec![clusterid.clone()]);
     // Written by us just before, not in the store yet: deleted too.
-    f.view.wrote(&secret("webhook-server-cert"), Some("8".into()));
+    f.view.wrote(&secret("webhook-server-cert"), &answer("8"));
     f.view.removed("v1", "Secret");
+    // The cluster-ID Secret goes by name, one namespace at a time.
+    let clusterid_key = ObjectKey::core("Secret", "creds", crate::reconciler::drift::CLUSTER_ID_SECRET);
+    f.view.deleted(&clusterid_key);
     assert_eq!(
         f.view.module_object(&secret("webhook-server-cert"), false),
         Read::Absent,
@@ -435,7 +451,7 @@ fn a_cr_copy_older_than_our_status_write_is_not_read() {
     .expect("a BtpOperator");
     listed(&mut f.crs, vec![cr.clone()]);
     assert!(matches!(f.view.cr(NS, "btpoperator"), Read::Present(_)));
-    f.view.wrote(&cr_key(NS, "btpoperator"), Some("11".into()));
+    f.view.wrote(&cr_key(NS, "btpoperator"), &answer("11"));
     assert_eq!(
         f.view.cr(NS, "btpoperator").map(|_| ()),
         Read::NotKnown,
@@ -449,4 +465,83 @@ fn a_cr_copy_older_than_our_status_write_is_not_read() {
     };
     assert_eq!(now.metadata.resource_version.as_deref(), Some("11"));
     assert_eq!(f.view.cr(NS, "other").map(|_| ()), Read::Absent);
+}
+
+#[test]
+fn a_write_is_waited_for_only_in_the_stores_whose_watch_selects_it() {
+    let mut f = fed();
+    listed(&mut f.secrets, vec![]);
+    // The credentials Secret, annotated by the drift step: labelled for the environment broker, so the
+    // module's Secret store (ours only) never shows it and must not wait for it.
+    let k = secret("sap-btp-manager");
+    let broker = ObjectMeta {
+        resource_version: Some("5".into()),
+        labels: Some(
+            [(
+                btp_api::names::MANAGED_BY_LABEL.to_string(),
+                "kcp-kyma-environment-broker".to_string(),
+            )]
+            .into(),
+        ),
+        ..ObjectMeta::default()
+    };
+    f.view.writing(&k);
+    f.view.wrote(&k, &broker);
+    let ids: Vec<usize> = f.view.pending.lock().keys().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![3], "only the credentials store waits for it");
+    // A delete of something a store does not hold leaves nothing to wait for in that store.
+    f.view.deleted(&secret("never-there"));
+    assert_eq!(f.view.pending.lock().len(), 1);
+}
+
+#[test]
+fn a_read_of_the_server_that_the_store_already_shows_clears_what_was_pending() {
+    let mut f = fed();
+    let r = secret_resource();
+    listed(&mut f.secrets, vec![object(&r, "ca-server-cert", "4")]);
+    let k = secret("ca-server-cert");
+    f.view.wrote(&k, &answer("5"));
+    f.secrets
+        .apply_watcher_event(&Event::Apply(object(&r, "ca-server-cert", "6")));
+    // Behind or ahead cannot be told from the store: the server answered 6, which the store shows.
+    assert_eq!(f.view.module_object(&k, false), Read::NotKnown);
+    f.view.read_again(&k, Some("6".into()));
+    assert!(
+        f.view.pending.lock().is_empty(),
+        "nothing left to take later changes for echoes"
+    );
+}
+
+#[test]
+fn a_list_of_the_server_settles_what_a_listed_store_waits_for() {
+    let mut f = fed();
+    let name = crate::reconciler::drift::OPERAND_SECRET;
+    let meta = |ns: &str, rv: &str| ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(ns.into()),
+        resource_version: Some(rv.into()),
+        ..ObjectMeta::default()
+    };
+    listed(
+        &mut f.operand_secrets,
+        vec![PartialObjectMeta {
+            metadata: meta("old", "3"),
+            ..PartialObjectMeta::default()
+        }],
+    );
+    // Deleted by us; the list answered before the store showed the deletion.
+    f.view.deleted(&ObjectKey::core("Secret", "old", name));
+    assert_eq!(f.view.operand_secrets().map(|_| ()), Read::NotKnown);
+    f.view.operand_secrets_listed(&[]);
+    assert_eq!(
+        f.view.operand_secrets().map(|_| ()),
+        Read::NotKnown,
+        "the store still shows it"
+    );
+    f.operand_secrets.apply_watcher_event(&Event::Delete(PartialObjectMeta {
+        metadata: meta("old", "3"),
+        ..PartialObjectMeta::default()
+    }));
+    assert_eq!(f.view.operand_secrets().map(|s| s.len()), Read::Present(0));
+    assert!(f.view.pending.lock().is_empty());
 }

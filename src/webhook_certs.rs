@@ -263,10 +263,7 @@ impl WebhookCerts {
 
     /// Say `what` once (again only after it changed); nothing when there is nothing to say.
     fn note(&self, what: Option<String>) {
-        let mut noted = match self.noted.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut noted = crate::sync::lock(&self.noted);
         if *noted != what {
             if let Some(what) = &what {
                 tracing::info!(

@@ -4,6 +4,7 @@
 //! credentials it accepts, `401 invalid_client` for any other; it can also answer with a status of choice or
 //! not at all, and counts the requests it took.
 
+use crate::sync::lock;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -116,10 +117,6 @@ impl StandIn {
     pub fn requests(&self) -> usize {
         self.shared.requests.load(Ordering::SeqCst)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 async fn token(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {

@@ -14,6 +14,10 @@
 //! Every change a store takes of an object whose change matters brings a pass ([`Started::changes`]), so a
 //! pass that decided from a copy a moment old runs again with the change.
 //!
+//! Not kept here, on purpose: the ServiceInstances and ServiceBindings a deletion counts (there may be
+//! thousands: `cluster/services.rs` lists them page by page, metadata only), the kinds of discovery
+//! (`kinds.rs`, once per term) and the runtime ConfigMap the controller reads before a term starts.
+//!
 //! This file only declares and re-exports: the view and [`read_through`] are in `stores.rs`, the rule in
 //! `pending.rs`, one store in `kept.rs`, the watches in `start.rs`.
 

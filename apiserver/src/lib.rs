@@ -10,7 +10,7 @@
 //! Deployments available) is the `testing` module, behind the `testing` feature.
 //!
 //! This file only declares modules and re-exports: every module names the module that defines what it
-//! uses, never the crate root (`tests/imports.rs` keeps the modules free of import circles).
+//! uses, never the crate root (the workspace's `tests/imports.rs` keeps the modules free of import circles).
 
 mod access;
 mod admission;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::CertError;
+use crate::error::CertError;
 
 pub(crate) const ALLOWED_NAMES: &str = "ecdsa-p256 (aliases: ecdsa, p256), rsa-2048, rsa-3072, rsa-4096";
 const ALLOWED_RSA_BITS: &str = "RSA key sizes 2048, 3072, 4096";

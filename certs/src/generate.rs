@@ -11,9 +11,11 @@ use rcgen::{
 use rsa::rand_core::{OsRng, RngCore};
 use time::OffsetDateTime;
 
+use crate::algorithm::KeyAlgorithm;
+use crate::error::CertError;
 use crate::keys::{generate_key, key_algorithm_of, load_signing_key};
 use crate::parse::{first_cert_der, parse_der};
-use crate::{verify_signed_by, CertError, KeyAlgorithm};
+use crate::verify::verify_signed_by;
 
 /// A PEM certificate with its PEM private key (PKCS#8 `PRIVATE KEY` when generated here).
 ///

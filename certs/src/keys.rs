@@ -10,8 +10,9 @@ use rsa::rand_core::OsRng;
 use rsa::traits::PublicKeyParts;
 use rsa::{RsaPrivateKey, RsaPublicKey};
 
+use crate::algorithm::KeyAlgorithm;
 use crate::algorithm::ALLOWED_NAMES;
-use crate::{CertError, KeyAlgorithm};
+use crate::error::CertError;
 
 /// DER of `AlgorithmIdentifier { rsaEncryption, NULL }`.
 const RSA_ALG_ID: &[u8] = &[

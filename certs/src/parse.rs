@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
 
-use crate::CertError;
+use crate::error::CertError;
 
 const CERTIFICATE_TAG: &str = "CERTIFICATE";
 

@@ -2,9 +2,9 @@
 
 use x509_parser::error::X509Error;
 
+use crate::error::CertError;
 use crate::keys;
 use crate::parse::{first_cert_der, is_ca, parse_der};
-use crate::CertError;
 
 /// Checks that the first certificate of `leaf_pem` was issued by the first certificate of
 /// `ca_pem`: the CA must have basicConstraints CA:true ([`CertError::NotACa`]), the leaf must not

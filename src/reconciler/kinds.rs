@@ -163,9 +163,9 @@ pub async fn resolve(
     unknown.dedup();
     let answers = futures::future::join_all(unknown.iter().map(|api_version| async move {
         if api_version.contains('/') {
-            super::cluster::retrying(|| client.list_api_group_resources(api_version)).await
+            super::cluster::retry::retrying(|| client.list_api_group_resources(api_version)).await
         } else {
-            super::cluster::retrying(|| client.list_core_api_resources(api_version)).await
+            super::cluster::retry::retrying(|| client.list_core_api_resources(api_version)).await
         }
     }))
     .await;

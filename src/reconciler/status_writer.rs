@@ -77,8 +77,7 @@ impl<'a> StatusWriter<'a> {
             .map_err(api_err("writing the BtpOperator status"))?;
         // The next pass reads the CR as new as this write (docs/behaviour.md#the-read-path).
         if let Some(view) = self.ctx.view() {
-            let key = super::view::cr_key(&written.namespace().unwrap_or_default(), &written.name_any());
-            view.wrote(&key, &written.metadata);
+            view.wrote_cr(&written);
         }
         let changed_state = self.current.as_ref().map(|s| s.state) != Some(next.state)
             && self

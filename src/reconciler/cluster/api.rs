@@ -7,7 +7,7 @@ use crate::config::{Config, Settings};
 use crate::reconciler::context::Context;
 use crate::reconciler::error::{api_err, ApiError};
 use crate::reconciler::resources;
-use crate::reconciler::view::{cr_key, read_through, ObjectKey, Read};
+use crate::reconciler::view::{cr_key, read_through, ObjectKey};
 use btp_api::{names, BtpOperator};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -96,16 +96,10 @@ impl<'a> Cluster<'a> {
     }
 
     /// Tell the view that this pass wrote the CR (`answer`: the API server's answer), so that no later read
-    /// of it comes from a store that has not caught up (see [`crate::reconciler::view`]). A CR being deleted
-    /// whose last finalizer this write removed is gone.
-    pub(super) fn wrote_cr(&self, answer: &BtpOperator) {
+    /// of it comes from a store that has not caught up (see [`crate::reconciler::view`]).
+    fn wrote_cr(&self, answer: &BtpOperator) {
         if let Some(view) = self.ctx.view() {
-            let key = cr_key(&answer.namespace().unwrap_or_default(), &answer.name_any());
-            let gone = answer.metadata.deletion_timestamp.is_some() && answer.finalizers().is_empty();
-            match gone {
-                true => view.deleted(&key),
-                false => view.wrote(&key, &answer.metadata),
-            }
+            view.wrote_cr(answer);
         }
     }
 
@@ -218,27 +212,17 @@ impl<'a> Cluster<'a> {
         let deployments = Api::<Deployment>::namespaced(self.client(), namespace);
         let key = ObjectKey::new("apps/v1", "Deployment", Some(namespace), name);
         let view = self.ctx.view();
-        // A copy that does not decode is not known: the API server answers.
-        let look = |v: &crate::reconciler::view::ClusterView| match v.module_object(&key, false) {
-            Read::Present(d) => {
-                serde_json::from_value::<Deployment>(d).map_or(Read::NotKnown, |d| Read::Present(Some(d)))
-            }
-            Read::Absent => Read::Absent,
-            Read::NotKnown => Read::NotKnown,
-        };
-        let found = read_through(
+        read_through(
             view.as_deref(),
-            look,
-            async { retrying(|| deployments.get_opt(name)).await.map(Some) },
-            |v, live| {
-                let version = live
-                    .and_then(|d| d.as_ref())
-                    .and_then(|d| d.metadata.resource_version.clone());
-                v.read_again(&key, version)
+            // A copy that does not decode is not known: the API server answers.
+            |v| {
+                v.module_object(&key, false)
+                    .and_then(|d| serde_json::from_value(d).ok())
             },
+            retrying(|| deployments.get_opt(name)),
+            |v, live: Option<&Deployment>| v.read_again(&key, live.and_then(|d| d.metadata.resource_version.clone())),
         )
         .await
-        .map_err(api_err("reading the operand Deployment"))?;
-        Ok(found.flatten())
+        .map_err(api_err("reading the operand Deployment"))
     }
 }

@@ -388,15 +388,11 @@ impl Cluster<'_> {
             }
         };
         let view = self.ctx.view();
-        let version = |live: Option<&Value>| {
-            live.and_then(|l| l["metadata"]["resourceVersion"].as_str())
-                .map(str::to_string)
-        };
         read_through(
             view.as_deref(),
             |v| v.module_object(&key, certain_absence),
             get,
-            |v, live| v.read_again(&key, version(live)),
+            |v, live| v.read_again_json(&key, live),
         )
         .await
     }

@@ -100,13 +100,7 @@ impl Cluster<'_> {
                     view,
                     |v| v.module_object(&key, false),
                     get,
-                    |v, live| {
-                        v.read_again(
-                            &key,
-                            live.and_then(|l| l["metadata"]["resourceVersion"].as_str())
-                                .map(str::to_string),
-                        )
-                    },
+                    |v, live| v.read_again_json(&key, live),
                 )
                 .await;
                 read.map(|cm| cm.and_then(|cm| serde_json::from_value::<ConfigMap>(cm).ok()))

@@ -106,13 +106,7 @@ where
 
     /// The key of the object `meta` describes, as this store would hold it.
     pub fn key_of_meta(&self, meta: &kube::api::ObjectMeta) -> ObjectKey {
-        let namespace = meta.namespace.as_deref().filter(|_| self.namespaced);
-        ObjectKey::new(
-            &self.api_version,
-            &self.kind,
-            namespace,
-            meta.name.as_deref().unwrap_or_default(),
-        )
+        ObjectKey::of(&self.api_version, &self.kind, self.namespaced, meta)
     }
 
     /// Whether `key` is of this store's kind and in the scope its watch sees.
@@ -189,6 +183,8 @@ where
 pub trait AnyKept: Send + Sync {
     /// Which store this is.
     fn id(&self) -> StoreId;
+    /// Whether the first list is done.
+    fn listed(&self) -> bool;
     /// Whether the watch would select an object carrying `labels` (None: not known, taken as yes).
     fn admits(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool;
     /// Whether `key` is of the store's kind and in the scope its watch sees.
@@ -206,6 +202,10 @@ where
 {
     fn id(&self) -> StoreId {
         self.id
+    }
+
+    fn listed(&self) -> bool {
+        Kept::listed(self)
     }
 
     fn admits(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {

@@ -29,6 +29,13 @@ impl ObjectKey {
         }
     }
 
+    /// The object `meta` describes, of `kind` in `apiVersion` (its namespace kept only for a `namespaced`
+    /// kind).
+    pub fn of(api_version: &str, kind: &str, namespaced: bool, meta: &kube::api::ObjectMeta) -> Self {
+        let namespace = meta.namespace.as_deref().filter(|_| namespaced);
+        Self::new(api_version, kind, namespace, meta.name.as_deref().unwrap_or_default())
+    }
+
     /// A core (`v1`) object in `namespace`.
     pub fn core(kind: &str, namespace: &str, name: &str) -> Self {
         Self::new("v1", kind, Some(namespace), name)
@@ -85,6 +92,16 @@ impl<T> Read<T> {
         }
     }
 
+    /// The same answer for what `f` makes of the object; not known when `f` makes nothing of it (a copy
+    /// that does not convert is asked of the API server).
+    pub fn and_then<U>(self, f: impl FnOnce(T) -> Option<U>) -> Read<U> {
+        match self {
+            Read::Present(t) => f(t).map_or(Read::NotKnown, Read::Present),
+            Read::Absent => Read::Absent,
+            Read::NotKnown => Read::NotKnown,
+        }
+    }
+
     /// `Present` for `Some`, `Absent` for `None`.
     pub fn from_option(found: Option<T>) -> Self {
         found.map_or(Read::Absent, Read::Present)
@@ -116,5 +133,8 @@ mod tests {
         assert_eq!(Read::<u8>::NotKnown.known(), None);
         assert_eq!(Read::from_option(Some(2)).map(|n| n * 2), Read::Present(4));
         assert_eq!(Read::<u8>::from_option(None), Read::Absent);
+        assert_eq!(Read::Present(3).and_then(|n| (n > 2).then_some(n)), Read::Present(3));
+        assert_eq!(Read::Present(1).and_then(|n| (n > 2).then_some(n)), Read::NotKnown);
+        assert_eq!(Read::<u8>::Absent.and_then(Some), Read::Absent);
     }
 }

@@ -45,12 +45,7 @@ fn keyer<K: kube::Resource>(
     namespaced: bool,
 ) -> impl Fn(&K) -> Entry + Send + 'static {
     let (api_version, kind) = (api_version.to_string(), kind.to_string());
-    move |o: &K| {
-        let meta = o.meta();
-        let namespace = meta.namespace.as_deref().filter(|_| namespaced);
-        let key = ObjectKey::new(&api_version, &kind, namespace, meta.name.as_deref().unwrap_or_default());
-        (id, key)
-    }
+    move |o: &K| (id, ObjectKey::of(&api_version, &kind, namespaced, o.meta()))
 }
 
 /// The watch of `api` seen through `config`, feeding `writer`; yields once per change its store took, with

@@ -79,13 +79,7 @@ impl ClusterView {
 
     /// Whether every store has finished its first list.
     pub fn ready(&self) -> bool {
-        self.module.iter().all(Kept::listed)
-            && self.crs.listed()
-            && self.credentials.listed()
-            && self.clusterid.listed()
-            && self.operand_secrets.listed()
-            && self.pods.listed()
-            && self.slices.listed()
+        self.stores().all(|s| s.listed())
     }
 
     /// The BtpOperator `namespace`/`name`.
@@ -105,11 +99,8 @@ impl ClusterView {
         let Some(kept) = self.module.iter().find(|k| k.covers(key)) else {
             return Read::NotKnown;
         };
-        match kept.get(&self.pending, key, certain_absence) {
-            Read::Present(obj) => serde_json::to_value(obj.as_ref()).map_or(Read::NotKnown, Read::Present),
-            Read::Absent => Read::Absent,
-            Read::NotKnown => Read::NotKnown,
-        }
+        kept.get(&self.pending, key, certain_absence)
+            .and_then(|obj| serde_json::to_value(obj.as_ref()).ok())
     }
 
     /// The operand's cluster-ID Secret in `namespace`.
@@ -204,6 +195,27 @@ impl ClusterView {
         for entry in held {
             entries.insert(entry, Seen::Gone);
         }
+    }
+
+    /// This process wrote the CR and the API server answered `answer`; a CR being deleted whose last
+    /// finalizer the write removed is gone.
+    pub fn wrote_cr(&self, answer: &BtpOperator) {
+        let meta = &answer.metadata;
+        let key = cr_key(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+        let finalizers = meta.finalizers.as_ref().is_some_and(|f| !f.is_empty());
+        match meta.deletion_timestamp.is_some() && !finalizers {
+            true => self.deleted(&key),
+            false => self.wrote(&key, meta),
+        }
+    }
+
+    /// [`ClusterView::read_again`] for a read answered as JSON (an object of the module).
+    pub fn read_again_json(&self, key: &ObjectKey, live: Option<&Value>) {
+        let version = live.and_then(|l| l["metadata"]["resourceVersion"].as_str());
+        self.read_again(key, version.map(str::to_string));
     }
 
     /// A read of the API server answered `key` at `resource_version` (None: absent): it replaces what is

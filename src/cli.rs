@@ -31,6 +31,9 @@ pub enum Command {
     /// Deployment and leader, its webhooks end to end, certificates, the BtpOperator, the credentials Secret and
     /// the operand. Exits 0 when nothing failed (warnings allowed).
     Doctor(DoctorArgs),
+    /// Check one thing for a script and exit 0 when it holds (`doctor` checks everything, for a person).
+    #[command(subcommand)]
+    Check(CheckCommand),
     /// Stop the manager and delete its own registrations, keeping the operand, the BtpOperator, its CRD and
     /// the objects the Go BTP Manager's install shares by name: the way back to the Go manager
     /// (docs/upgrading.md). Read-only unless --apply: it prints what it would do.
@@ -55,6 +58,30 @@ pub struct DoctorArgs {
     /// Output: `text` (a line per check) or `json`.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: DoctorOutput,
+    /// A kubeconfig to use instead of the current one (`KUBECONFIG`, `~/.kube/config`).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// What `check` checks.
+#[derive(Subcommand, Debug)]
+pub enum CheckCommand {
+    /// Whether admission works end to end: a server-side dry run (nothing is stored) of a misnamed BtpOperator,
+    /// `default/btp-manager-admission-probe`, is refused by the manager's validating webhook through the API
+    /// server. Install scripts run `check admission --wait=2m` after `kubectl rollout status`, before creating
+    /// the Secret and the BtpOperator. Exits 0 once it works, non-zero with the last answer otherwise.
+    Admission(CheckAdmissionArgs),
+}
+
+/// Flags of `check admission`.
+#[derive(Args, Debug, Clone)]
+pub struct CheckAdmissionArgs {
+    /// Try again until admission works or DURATION has passed (`--wait` alone: 2m). Without it, one try.
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "2m", value_parser = parse_positive_duration)]
+    pub wait: Option<std::time::Duration>,
+    /// Print a line whenever the answer changes (by default only the exit code, and the error on failure).
+    #[arg(short, long)]
+    pub verbose: bool,
     /// A kubeconfig to use instead of the current one (`KUBECONFIG`, `~/.kube/config`).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -531,6 +558,27 @@ mod tests {
         let cli = Cli::try_parse_from(["btp-manager", "run", "--probe-interval=0"]).unwrap();
         let Command::Run(args) = cli.command else { panic!("run") };
         assert_eq!(args.go_manager.ignored().len(), 1);
+    }
+
+    #[test]
+    fn check_admission_waits_only_when_told() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["btp-manager", "check", "admission"][..], args].concat());
+            cli.map(|c| match c.command {
+                Command::Check(CheckCommand::Admission(a)) => a,
+                other => panic!("{other:?}"),
+            })
+        };
+        let once = parse(&[]).unwrap();
+        assert_eq!((once.wait, once.verbose), (None, false));
+        let minutes = |m: u64| Some(std::time::Duration::from_secs(60 * m));
+        assert_eq!(parse(&["--wait"]).unwrap().wait, minutes(2));
+        assert_eq!(parse(&["--wait=5m"]).unwrap().wait, minutes(5));
+        assert_eq!(parse(&["--wait", "5m"]).unwrap().wait, minutes(5));
+        let verbose = parse(&["--wait", "-v"]).unwrap();
+        assert_eq!((verbose.wait, verbose.verbose), (minutes(2), true));
+        assert!(parse(&["--wait=0s"]).is_err(), "a wait of nothing is a mistake");
+        assert!(parse(&["--wait=soon"]).is_err());
     }
 
     #[test]

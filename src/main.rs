@@ -24,6 +24,13 @@ fn main() -> std::process::ExitCode {
                 Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
             }
         }
+        Command::Check(btp_manager::cli::CheckCommand::Admission(args)) => {
+            telemetry::init(telemetry::Audience::Script);
+            match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(btp_manager::doctor::wait::run(args)),
+                Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
+            }
+        }
         Command::Uninstall(args) => {
             telemetry::init(telemetry::Audience::Console);
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

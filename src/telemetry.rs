@@ -5,6 +5,8 @@
 //!   them), readable lines on a terminal; level `info` unless `RUST_LOG` says otherwise.
 //! - `local` (a person watching): readable lines only, `warn` and above unless `RUST_LOG` says otherwise;
 //!   stdout carries the story `local` prints.
+//! - `check` (a step of a script): as `local`, without kube-client's own error line for each failed request
+//!   (the command's error names the last one).
 //!
 //! Errors are printed as one line (see [`one_line`]).
 
@@ -18,6 +20,8 @@ pub enum Audience {
     Service,
     /// `local`: a person reading the console.
     Console,
+    /// `check`: a script, which reads the exit code and the command's own error.
+    Script,
 }
 
 /// Install the global subscriber (once; later calls are ignored).
@@ -25,6 +29,7 @@ pub fn init(audience: Audience) {
     let default = match audience {
         Audience::Service => "info",
         Audience::Console => "warn",
+        Audience::Script => "warn,kube_client=off",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let terminal = std::io::stderr().is_terminal();

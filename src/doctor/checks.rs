@@ -235,38 +235,123 @@ pub fn trusts(bundle: &[u8], leaf_pem: &[u8]) -> bool {
         .any(|block| btp_certs::verify_signed_by(leaf_pem, block.as_bytes()).is_ok())
 }
 
-/// What a server-side dry-run create of a misnamed BtpOperator came back with.
+/// The probe of admission end to end: a BtpOperator named so that the manager's validating webhook refuses it,
+/// created as a server-side dry run (`dryRun=All`: the API server runs admission and stores nothing). `doctor`'s
+/// `admission` line and `check admission --wait` send it.
+pub const ADMISSION_PROBE_NAMESPACE: &str = "default";
+/// See [`ADMISSION_PROBE_NAMESPACE`].
+pub const ADMISSION_PROBE_NAME: &str = "btp-manager-admission-probe";
+
+/// What the API server answered to the dry-run create of the probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DryRun {
     /// Created (nothing refused it).
     Allowed,
-    /// Refused, with the API server's message.
+    /// Refused, with the API server's code and message.
     Refused(u16, String),
+    /// No answer from the API server (connecting, TLS, a timeout), with the error.
+    NoAnswer(String),
+}
+
+/// What a [`DryRun`] says about admission: [`classify`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// The manager's validating webhook refused the probe, through the API server: admission works. With the
+    /// API server's message.
+    RefusedByUs(String),
+    /// The API server would have stored the probe: the validating webhook is not registered, or not called.
+    Admitted,
+    /// Not the refusal of our webhook, yet: why, with the message.
+    NotYet(NotYet, String),
+}
+
+/// Why admission does not work (yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotYet {
+    /// The API server could not call the manager's webhooks: no endpoints, connection refused, EOF, TLS.
+    WebhookUnreachable,
+    /// 404: BtpOperators are not served (the CRD is not installed or not established yet).
+    NotServed,
+    /// Another answer of the API server (RBAC of the user, another webhook or policy, 429, 503), with its
+    /// code.
+    Other(u16),
+    /// The API server did not answer.
+    NoAnswer,
+}
+
+/// Classify the API server's answer to the probe. Only our validating webhook's refusal counts: the API
+/// server's message for a webhook's denial starts `admission webhook "<name>" denied the request`; every other
+/// answer, "failed calling webhook" included, is not admission working.
+pub fn classify(answer: &DryRun) -> Admission {
+    let ours = format!(
+        "admission webhook \"{}\" denied the request",
+        btp_webhooks::manifests::VALIDATING_BTP_OPERATOR
+    );
+    match answer {
+        DryRun::Refused(_, message) if message.starts_with(&ours) => Admission::RefusedByUs(message.clone()),
+        DryRun::Refused(_, message) if message.contains("failed calling webhook") => {
+            Admission::NotYet(NotYet::WebhookUnreachable, message.clone())
+        }
+        DryRun::Refused(404, message) => Admission::NotYet(NotYet::NotServed, message.clone()),
+        DryRun::Refused(code, message) => Admission::NotYet(NotYet::Other(*code), message.clone()),
+        DryRun::NoAnswer(message) => Admission::NotYet(NotYet::NoAnswer, message.clone()),
+        DryRun::Allowed => Admission::Admitted,
+    }
+}
+
+impl Admission {
+    /// Whether admission works.
+    pub fn works(&self) -> bool {
+        matches!(self, Admission::RefusedByUs(_))
+    }
+}
+
+impl std::fmt::Display for Admission {
+    /// One line: the state and the API server's message.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Admission::RefusedByUs(message) => write!(
+                f,
+                "admission works: the validating webhook refused a misnamed BtpOperator (dry run): {message}"
+            ),
+            Admission::Admitted => f.write_str(
+                "a misnamed BtpOperator would be accepted: the validating webhook is not registered or not called",
+            ),
+            Admission::NotYet(NotYet::WebhookUnreachable, message) => {
+                write!(f, "the API server cannot call the webhooks: {message}")
+            }
+            Admission::NotYet(NotYet::NotServed, message) => {
+                write!(f, "BtpOperators are not served (is the CRD installed?): {message}")
+            }
+            Admission::NotYet(NotYet::Other(code), message) => {
+                write!(
+                    f,
+                    "the dry-run create was refused by something else ({code}): {message}"
+                )
+            }
+            Admission::NotYet(NotYet::NoAnswer, message) => write!(f, "no answer from the API server: {message}"),
+        }
+    }
 }
 
 /// Admission end to end: the misnamed BtpOperator is refused by our validating webhook, not by anything else.
-pub fn admission(result: &DryRun) -> Check {
-    const WEBHOOK: &str = "vbtpoperator.operator.kyma-project.io";
-    match result {
-        DryRun::Refused(_, message) if message.contains(&format!("admission webhook \"{WEBHOOK}\" denied")) => {
-            Check::pass("admission", "a misnamed BtpOperator is refused by the validating webhook (dry run)")
+pub fn admission(answer: &DryRun) -> Check {
+    let admission = classify(answer);
+    let fix = match &admission {
+        Admission::RefusedByUs(_) => {
+            return Check::pass("admission", "a misnamed BtpOperator is refused by the validating webhook (dry run)")
         }
-        DryRun::Refused(_, message) if message.contains("failed calling webhook") => Check::fail(
-            "admission",
-            format!("the API server cannot call the webhooks: {message}"),
-            "check the manager's pods and the Service btp-manager-webhook-service; see docs/troubleshooting.md#the-webhook-is-unreachable",
-        ),
-        DryRun::Refused(code, message) => Check::fail(
-            "admission",
-            format!("the dry-run create was refused by something else ({code}): {message}"),
-            "read the message: RBAC of the user running doctor, or another admission webhook or policy",
-        ),
-        DryRun::Allowed => Check::fail(
-            "admission",
-            "a misnamed BtpOperator would be accepted: the validating webhook is not registered or not called",
-            "kubectl apply -k deploy/; the manager registers its caBundle at start",
-        ),
-    }
+        Admission::Admitted => "kubectl apply -k deploy/; the manager registers its caBundle at start",
+        Admission::NotYet(NotYet::WebhookUnreachable, _) => {
+            "check the manager's pods and the Service btp-manager-webhook-service; see docs/troubleshooting.md#the-webhook-is-unreachable"
+        }
+        Admission::NotYet(NotYet::NotServed, _) => "kubectl apply -k deploy/ (from this release)",
+        Admission::NotYet(NotYet::Other(_), _) => {
+            "read the message: RBAC of the user running doctor, or another admission webhook or policy"
+        }
+        Admission::NotYet(NotYet::NoAnswer, _) => "check the kubeconfig's server and the network to it",
+    };
+    Check::fail("admission", admission.to_string(), fix)
 }
 
 /// The BtpOperator's state and reason, with what the status-reasons table says to do.
@@ -470,25 +555,92 @@ mod tests {
         assert_eq!(expiry("c", "x", None, now, "f").verdict, Verdict::Fail);
     }
 
+    /// What real API servers answer on the way to a working admission (v1.36.2, the manager installed from
+    /// `deploy/`), and what it means.
     #[test]
-    fn admission_must_be_refused_by_our_webhook() {
-        let ours = DryRun::Refused(
-            403,
-            "admission webhook \"vbtpoperator.operator.kyma-project.io\" denied the request: BtpOperator must be named"
-                .into(),
-        );
-        assert_eq!(admission(&ours).verdict, Verdict::Pass);
-        assert_eq!(admission(&DryRun::Allowed).verdict, Verdict::Fail);
-        let unreachable = admission(&DryRun::Refused(
-            500,
-            "failed calling webhook \"vbtpoperator...\": connection refused".into(),
-        ));
-        assert_eq!(unreachable.verdict, Verdict::Fail);
-        assert!(unreachable.message.contains("cannot call"));
+    fn only_our_webhooks_refusal_is_admission_working() {
+        let ours = "admission webhook \"vbtpoperator.operator.kyma-project.io\" denied the request: BtpOperator \
+                    must be named \"btpoperator\" in namespace \"kyma-system\", but this one is named \
+                    \"btp-manager-admission-probe\" in namespace \"default\".";
+        let refused = classify(&DryRun::Refused(403, ours.into()));
+        assert_eq!(refused, Admission::RefusedByUs(ours.into()));
+        assert!(refused.works());
+        assert_eq!(admission(&DryRun::Refused(403, ours.into())).verdict, Verdict::Pass);
+
+        let unreachable = [
+            // The Service's endpoints not there yet, the replica not serving yet, a terminating replica.
+            "Internal error occurred: failed calling webhook \"mbtpoperator.operator.kyma-project.io\": failed to \
+             call webhook: Post \"https://btp-manager-webhook-service.kyma-system.svc:443/mutate?timeout=5s\": \
+             no endpoints available for service \"btp-manager-webhook-service\"",
+            "Internal error occurred: failed calling webhook \"mbtpoperator.operator.kyma-project.io\": failed to \
+             call webhook: Post \"https://btp-manager-webhook-service.kyma-system.svc:443/mutate?timeout=5s\": EOF",
+            "Internal error occurred: failed calling webhook \"vbtpoperator.operator.kyma-project.io\": failed to \
+             call webhook: Post \"https://btp-manager-webhook-service.kyma-system.svc:443/validate?timeout=5s\": \
+             dial tcp 10.96.0.12:443: connect: connection refused",
+            // Before the manager wrote its CA into the configurations.
+            "Internal error occurred: failed calling webhook \"vbtpoperator.operator.kyma-project.io\": failed to \
+             call webhook: Post \"https://btp-manager-webhook-service.kyma-system.svc:443/validate?timeout=5s\": \
+             tls: failed to verify certificate: x509: certificate signed by unknown authority",
+        ];
+        for message in unreachable {
+            let answer = DryRun::Refused(500, message.into());
+            assert_eq!(
+                classify(&answer),
+                Admission::NotYet(NotYet::WebhookUnreachable, message.into()),
+                "{message}"
+            );
+            let check = admission(&answer);
+            assert_eq!(check.verdict, Verdict::Fail);
+            assert!(check.message.contains("cannot call") && check.message.contains(message));
+        }
+        // No CRD (yet): 404, whatever the message says.
+        let crd_missing = DryRun::Refused(404, "the server could not find the requested resource".into());
         assert_eq!(
-            admission(&DryRun::Refused(403, "forbidden: User cannot create".into())).verdict,
-            Verdict::Fail
+            classify(&crd_missing),
+            Admission::NotYet(
+                NotYet::NotServed,
+                "the server could not find the requested resource".into()
+            )
         );
+        assert!(classify(&crd_missing).to_string().contains("the CRD"));
+        // Someone else's refusal, even one that mentions a BtpOperator or "denied".
+        for (code, message) in [
+            (
+                403,
+                "btpoperators.operator.kyma-project.io is forbidden: User \"ci\" cannot create resource",
+            ),
+            (
+                400,
+                "admission webhook \"policy.example.com\" denied the request: BtpOperator must be named in a team",
+            ),
+            (429, "storage is (re)initializing"),
+        ] {
+            assert_eq!(
+                classify(&DryRun::Refused(code, message.into())),
+                Admission::NotYet(NotYet::Other(code), message.into())
+            );
+        }
+        // Our webhook's name in a failed call, or our refusal quoted in someone else's, is not our refusal.
+        for message in [
+            "failed calling webhook \"vbtpoperator.operator.kyma-project.io\": denied the request",
+            "admission webhook \"policy.example.com\" denied the request: admission webhook \
+             \"vbtpoperator.operator.kyma-project.io\" denied the request",
+        ] {
+            assert!(!classify(&DryRun::Refused(403, message.into())).works(), "{message}");
+        }
+        assert_eq!(classify(&DryRun::Allowed), Admission::Admitted);
+        assert_eq!(admission(&DryRun::Allowed).verdict, Verdict::Fail);
+        let no_answer = DryRun::NoAnswer("error trying to connect: tcp connect error: Connection refused".into());
+        assert_eq!(
+            classify(&no_answer),
+            Admission::NotYet(
+                NotYet::NoAnswer,
+                "error trying to connect: tcp connect error: Connection refused".into()
+            )
+        );
+        for answer in [DryRun::Allowed, crd_missing, no_answer] {
+            assert_eq!(admission(&answer).verdict, Verdict::Fail, "{answer:?}");
+        }
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! `btp-manager doctor`: is BTP Manager healthy in this cluster? One read-only pass over the current
 //! kubeconfig's cluster (it writes nothing: its only non-read requests are SubjectAccessReviews and a
 //! server-side dry-run create), one line per check with its verdict and what to do. The decisions are in
-//! [`checks`], the reads in [`observe`], the output in [`report`], where to look in [`target`].
+//! [`checks`], the reads in [`observe`], the output in [`report`], where to look in [`target`]. `btp-manager
+//! check admission --wait` ([`wait`]) repeats the `admission` check alone until it passes, for install scripts.
 
 pub mod checks;
 pub mod egress;
 pub mod observe;
 pub mod report;
 pub mod target;
+pub mod wait;
 
 pub use report::{Check, Report, Verdict};
 pub use target::Target;

@@ -77,7 +77,19 @@ pub async fn all(client: &kube::Client, target: &Target) -> Report {
 fn describe(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
-        other => other.to_string(),
+        // A failed connection says why only in its sources ("client error (Connect)": refused, TLS, DNS).
+        other => {
+            let mut text = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(cause) = source {
+                let part = cause.to_string();
+                if !text.contains(&part) {
+                    text = format!("{text}: {part}");
+                }
+                source = cause.source();
+            }
+            text
+        }
     }
 }
 
@@ -332,27 +344,28 @@ async fn manager_webhooks(client: &kube::Client, ns: &str) -> Vec<Check> {
         },
     );
     // End to end: the API server calls our validating webhook, which refuses a misnamed BtpOperator.
-    let misnamed: Result<BtpOperator, _> = serde_json::from_value(serde_json::json!({
-        "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
-        "metadata": {"name": "btp-manager-doctor-misnamed", "namespace": "default"}, "spec": {}
-    }));
+    let result = admission_probe(client).await;
+    out.push(checks::admission(&result));
+    out
+}
+
+/// The probe of admission end to end ([`checks::ADMISSION_PROBE_NAME`]): a server-side dry-run create of a
+/// misnamed BtpOperator, and what the API server answered. Nothing is stored.
+pub async fn admission_probe(client: &kube::Client) -> DryRun {
+    let mut probe = BtpOperator::new(checks::ADMISSION_PROBE_NAME);
+    probe.metadata.namespace = Some(checks::ADMISSION_PROBE_NAMESPACE.to_string());
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()
     };
-    let result = match misnamed {
-        Ok(cr) => match Api::<BtpOperator>::namespaced(client.clone(), "default")
-            .create(&dry_run, &cr)
-            .await
-        {
-            Ok(_) => DryRun::Allowed,
-            Err(kube::Error::Api(s)) => DryRun::Refused(s.code, s.message),
-            Err(e) => DryRun::Refused(0, describe(&e)),
-        },
-        Err(e) => DryRun::Refused(0, e.to_string()),
-    };
-    out.push(checks::admission(&result));
-    out
+    match Api::<BtpOperator>::namespaced(client.clone(), checks::ADMISSION_PROBE_NAMESPACE)
+        .create(&dry_run, &probe)
+        .await
+    {
+        Ok(_) => DryRun::Allowed,
+        Err(kube::Error::Api(s)) => DryRun::Refused(s.code, s.message),
+        Err(e) => DryRun::NoAnswer(describe(&e)),
+    }
 }
 
 async fn credentials_and_cr(client: &kube::Client, ns: &str) -> Vec<Check> {

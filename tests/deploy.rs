@@ -230,3 +230,91 @@ fn the_base_kustomization_holds_no_namespace() {
     assert_eq!(prerequisite["kind"], "Namespace");
     assert_eq!(prerequisite["metadata"]["name"], btp_api::names::KYMA_SYSTEM);
 }
+
+/// The image a user builds is the image that runs: `deploy/deployment.yaml` names `btp-manager:<version>`, the
+/// version the binary reports (`btp-manager --version`, the crate's version), pulled only where the node lacks
+/// it; and every command of the README, docs/ and the Dockerfile that builds, loads or names the image
+/// (`docker build`, `kind load`, `k3d image import`, `minikube image load`, `kustomize edit set image`) names that
+/// tag. No `btp-manager:<tag>` with another tag anywhere there.
+#[test]
+fn the_image_built_loaded_and_deployed_is_the_binarys_version() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+        .arg("--version")
+        .output()
+        .expect("run btp-manager --version");
+    let reported = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        reported,
+        format!("btp-manager {version}"),
+        "the version the binary reports"
+    );
+    let image = format!("btp-manager:{version}");
+
+    let deployment = documents("deployment.yaml").remove(0);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], image.as_str(), "deploy/deployment.yaml's image");
+    assert_eq!(
+        container["imagePullPolicy"], "IfNotPresent",
+        "a loaded image runs as is"
+    );
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md"), deploy().join("Dockerfile")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    for file in std::fs::read_dir(deploy()).unwrap().map(|e| e.unwrap().path()) {
+        if file.extension().is_some_and(|e| e == "yaml") {
+            files.push(file);
+        }
+    }
+    let commands = [
+        "docker build ",
+        "kind load docker-image",
+        "k3d image import",
+        "minikube image load",
+        "kustomize edit set image btp-manager=",
+    ];
+    let mut builds = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let name = file.strip_prefix(root).unwrap_or(file).display().to_string();
+        // Every image reference `btp-manager:<tag>` (a registry's `.../btp-manager:<tag>` too).
+        for (at, _) in text.match_indices("btp-manager:") {
+            let tag: String = text[at + "btp-manager:".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                .collect();
+            if !tag.is_empty() {
+                assert_eq!(tag, version, "{name}: btp-manager:{tag} is not the crate's version");
+            }
+        }
+        // Every command that builds, loads or names the image names this one (inline code in prose too).
+        for line in text.lines() {
+            for command in commands {
+                if let Some(at) = line.find(command) {
+                    let rest = &line[at..];
+                    assert!(
+                        rest.contains(&image) || rest.contains(&format!("/btp-manager:{version}")),
+                        "{name}: `{}` does not name {image} (keep a command on one line)",
+                        rest.trim_end()
+                    );
+                    if command == "docker build " {
+                        builds.push(name.clone());
+                    }
+                }
+            }
+        }
+    }
+    for documented in ["README.md", "docs/install.md", "deploy/Dockerfile"] {
+        assert!(
+            builds.iter().any(|b| b == documented),
+            "{documented} shows the build command ({builds:?})"
+        );
+    }
+}

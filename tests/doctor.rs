@@ -2,7 +2,8 @@
 //! ships it, with the manager running (as `run --leader-elect` does, authenticated as its ServiceAccount),
 //! passes clean; each problem induced (a missing grant, an unlabelled Secret, no leader, a wiped caBundle, an
 //! expired certificate, an old Kubernetes) is reported on its line with what to do; and doctor writes nothing
-//! (its only non-read requests are SubjectAccessReviews and a dry-run create).
+//! (its only non-read requests are SubjectAccessReviews and a dry-run create). `check admission --wait -v`, the
+//! binary, waits through an install's states and prints a line per change.
 
 mod common;
 
@@ -77,28 +78,7 @@ impl Cluster {
 
     /// The manager as `run --leader-elect` runs it, as its ServiceAccount, its webhooks reached by URL.
     async fn start_manager(&mut self) {
-        let args = common::run_args([
-            "--leader-elect",
-            "--operand-image",
-            IMAGE,
-            "--webhook-bind-address",
-            "127.0.0.1:0",
-            "--metrics-bind-address",
-            "127.0.0.1:0",
-            "--health-probe-bind-address",
-            "127.0.0.1:0",
-            // Tests reach nothing beyond loopback: the Secret's token endpoint does not exist.
-            "--credentials-check-interval=0",
-        ]);
-        let (term, term_rx) = watch::channel(false);
-        let client = manager_client(self.server.kube_config_as(&shipped::manager_user(names::KYMA_SYSTEM)))
-            .expect("the manager's client");
-        let manager = ManagerBuilder::new(client, Options::run(&args))
-            .expect("the manager's options")
-            .start(term_rx)
-            .await
-            .expect("the manager starts");
-        self.manager = Some((manager, term));
+        self.manager = Some(start_manager(&self.server).await);
         eventually(Duration::from_secs(10), "the manager leads", || async {
             line(&self.diagnose().await, "leader").verdict == Verdict::Pass
         })
@@ -116,6 +96,33 @@ impl Cluster {
     async fn diagnose(&self) -> Report {
         doctor::diagnose(&self.doctor, &Target::default()).await
     }
+}
+
+/// The manager as `run --leader-elect` runs it, as its ServiceAccount, its webhooks reached by URL; stopped by
+/// sending `true`.
+async fn start_manager(server: &RunningApiServer) -> (manager::Manager, watch::Sender<bool>) {
+    let args = common::run_args([
+        "--leader-elect",
+        "--operand-image",
+        IMAGE,
+        "--webhook-bind-address",
+        "127.0.0.1:0",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+        "--health-probe-bind-address",
+        "127.0.0.1:0",
+        // Tests reach nothing beyond loopback: the Secret's token endpoint does not exist.
+        "--credentials-check-interval=0",
+    ]);
+    let (term, term_rx) = watch::channel(false);
+    let client = manager_client(server.kube_config_as(&shipped::manager_user(names::KYMA_SYSTEM)))
+        .expect("the manager's client");
+    let manager = ManagerBuilder::new(client, Options::run(&args))
+        .expect("the manager's options")
+        .start(term_rx)
+        .await
+        .expect("the manager starts");
+    (manager, term)
 }
 
 /// The check named `name` of `report`.
@@ -372,4 +379,102 @@ async fn a_policy_that_cuts_the_manager_off_the_api_server_is_named_until_the_ma
         || async { line(&cluster.diagnose().await, "apiserver-egress").verdict == Verdict::Pass },
     )
     .await;
+}
+
+/// The next line the child printed, within `deadline`; `None` once its stdout is closed.
+async fn next_line(
+    lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    deadline: Duration,
+    what: &str,
+) -> Option<String> {
+    tokio::time::timeout(deadline, lines.recv())
+        .await
+        .unwrap_or_else(|_| panic!("check admission -v: no line within {deadline:?}: {what}"))
+}
+
+/// `btp-manager check admission --wait -v` through an install, as this build's binary: a line whenever the
+/// answer changes (BtpOperators not served before the CRD, the API server unable to call the webhooks before
+/// the manager serves, then the manager's refusal), never the same answer twice in a row; exit code 0 once
+/// admission works. The install goes on only after the line for the state before, so every state is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_admission_waits_through_the_install_and_prints_a_line_per_change() {
+    if real_cluster().is_some() {
+        eprintln!("doctor: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    use std::io::BufRead as _;
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let admin = server.client().await;
+    let dir = temp_dir("check-admission");
+    let kubeconfig = dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+        .args(["check", "admission", "--wait=2m", "-v"])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start btp-manager check admission");
+    let stdout = child.stdout.take().expect("its stdout");
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Duration::from_secs(30);
+    let mut seen = vec![next_line(&mut lines, deadline, "the first answer")
+        .await
+        .expect("a first line")];
+    assert!(seen[0].contains("BtpOperators are not served"), "{}", seen[0]);
+
+    // The webhook configurations of deploy/ first (the probe still meets no CRD), then the CRD: the API server
+    // calls the webhooks through a Service that nothing serves.
+    let kyma_system =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names::KYMA_SYSTEM}});
+    common::install::apply(&admin, &[kyma_system]).await;
+    let webhooks = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/webhooks.yaml")).unwrap();
+    common::install::apply(&admin, &shipped::objects(&webhooks).unwrap()).await;
+    common::install::apply(&admin, &[serde_json::to_value(BtpOperator::crd().unwrap()).unwrap()]).await;
+    while !seen.last().is_some_and(|l| l.contains("cannot call the webhooks")) {
+        let line = next_line(&mut lines, deadline, "the webhooks unreachable").await;
+        seen.push(line.unwrap_or_else(|| panic!("check admission ended early: {seen:#?}")));
+    }
+
+    // The manager starts (its webhooks registered by URL, its CA in them): admission works.
+    for (_, text) in shipped::FOR_LOCAL {
+        common::install::apply(&admin, &shipped::objects(text).unwrap()).await;
+    }
+    let (manager, term) = start_manager(&server).await;
+    while let Some(line) = next_line(&mut lines, deadline, "admission works").await {
+        seen.push(line);
+    }
+    let status = child.wait().expect("check admission ends");
+    reader.join().expect("the reader");
+    let _ = term.send(true);
+    manager.shut_down().await.expect("a graceful shutdown");
+    println!("{}", seen.join("\n"));
+    assert!(status.success(), "exit code 0 once admission works: {seen:#?}");
+    let answers: Vec<&str> = seen
+        .iter()
+        .map(|l| l.trim_start().split_once("s ").expect("elapsed, then the answer").1)
+        .collect();
+    assert!(
+        answers.last().is_some_and(|a| a.starts_with(
+            "admission works: the validating webhook refused a misnamed BtpOperator (dry run): admission webhook \
+             \"vbtpoperator.operator.kyma-project.io\" denied the request"
+        )),
+        "{seen:#?}"
+    );
+    assert!(
+        answers[..answers.len() - 1]
+            .iter()
+            .all(|a| !a.starts_with("admission works")),
+        "{seen:#?}"
+    );
+    for pair in answers.windows(2) {
+        assert_ne!(pair[0], pair[1], "a line per change, not per attempt: {seen:#?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

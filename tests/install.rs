@@ -202,27 +202,30 @@ async fn install_and_provision(server: RunningApiServer) -> Option<Installed> {
     // kube-controller-manager and the kubelet, played: the operand's Deployment gets a running Pod.
     let workloads = btp_apiserver::spawn_workload_controller(client.clone());
 
-    // The manager publishes its CA in its webhook configurations: until then the misnamed-CR check fails
-    // closed; once it serves, the API server reaches it through its Service and relays its refusal.
-    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
-    let misnamed: BtpOperator = serde_json::from_value(serde_json::json!({
-        "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
-        "metadata": {"name": "misnamed"}, "spec": {}
-    }))
-    .unwrap();
-    let refusal = eventually(
-        Duration::from_secs(30),
-        "the webhook refuses a misnamed BtpOperator",
-        || async {
-            match crs.create(&PostParams::default(), &misnamed).await {
-                Err(kube::Error::Api(s)) if s.message.contains("denied the request") => Some(s.message),
-                _ => None,
-            }
-        },
-    )
-    .await;
+    // As docs/install.md says: wait until admission works through the Service, with the documented command
+    // (its `rollout status` before it has nothing to wait for here: the Pod is a process started above); then
+    // the Secret and the BtpOperator are created once each, without a retry.
+    let out = run_btp_manager(&kubeconfig, &documented_admission_wait());
     assert!(
-        refusal.contains("denied the request") && refusal.contains("btpoperator"),
+        out.status.success(),
+        "the documented wait for admission failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "quiet unless -v: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // What it promised: the API server reaches the manager's validating webhook, which says what to fix.
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    let refusal = match crs.create(&PostParams::default(), &BtpOperator::new("misnamed")).await {
+        Err(kube::Error::Api(s)) => s.message,
+        other => panic!("a misnamed BtpOperator right after the wait: {other:?}"),
+    };
+    assert!(
+        refusal.starts_with("admission webhook \"vbtpoperator.operator.kyma-project.io\" denied the request")
+            && refusal.contains("btpoperator"),
         "refused by the admission webhook with what to fix: {refusal}"
     );
 
@@ -483,6 +486,140 @@ fn run_documented(kubeconfig: &Path, command: &[String]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The documented wait for admission: the `btp-manager` command of docs/install.md's "## 2. Install", which the
+/// README's install block shows too; its arguments.
+fn documented_admission_wait() -> Vec<String> {
+    let command = documented_blocks("install.md", "## 2. Install")
+        .into_iter()
+        .flatten()
+        .find(|c| c[0] == "btp-manager")
+        .expect("docs/install.md's install steps wait for admission with btp-manager");
+    assert_eq!(command[1..3], ["check", "admission"], "{command:?}");
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let install = readme
+        .split_once("\n## Installing on a cluster\n")
+        .expect("the README's install section")
+        .1;
+    assert!(
+        install.contains(&format!(
+            "rollout status deployment/btp-manager-controller-manager\n{}\n",
+            command.join(" ")
+        )),
+        "the README's install block waits for admission as docs/install.md does, after rollout status: {command:?}"
+    );
+    command[1..].to_vec()
+}
+
+/// This build's `btp-manager` with `args`, using `kubeconfig` (as `KUBECONFIG`, the current kubeconfig).
+fn run_btp_manager(kubeconfig: &Path, args: &[String]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_btp-manager"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run btp-manager")
+}
+
+/// `deploy/` installed and no manager serving (the API server cannot call the webhooks): the documented wait,
+/// given 2 s, gives up when they have passed, with a non-zero exit code and the last answer; with `-v` it
+/// printed a line per change of the answer (here the answer stays the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_for_admission_gives_up_with_the_last_answer_when_no_manager_serves() {
+    if real_cluster().is_some() {
+        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        return;
+    }
+    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+    let dir = temp_dir("install-no-admission");
+    let kubeconfig = dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    apply_kustomization(&kubeconfig, "deploy/namespace");
+    apply_deploy(&kubeconfig);
+    let mut args: Vec<String> = documented_admission_wait()
+        .into_iter()
+        .filter(|a| !a.starts_with("--wait"))
+        .collect();
+    args.extend(["--wait=2s".to_string(), "-v".to_string()]);
+    let started = std::time::Instant::now();
+    let run = tokio::task::spawn_blocking(move || run_btp_manager(&kubeconfig, &args));
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("check admission --wait=2s ends on its own")
+        .expect("the command ran");
+    let waited = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "no manager, no admission:\n{stdout}{stderr}");
+    assert!(
+        waited >= Duration::from_secs(2),
+        "it tried for the whole wait ({waited:?})"
+    );
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("btp-manager: "))
+        .unwrap_or_else(|| panic!("the error: {stderr}"));
+    assert!(
+        error.starts_with("btp-manager: admission did not work within 2s (")
+            && error.contains("the last answer: the API server cannot call the webhooks: ")
+            && error.contains("failed calling webhook \"mbtpoperator.operator.kyma-project.io\""),
+        "{error}"
+    );
+    println!("{stdout}{error}");
+    assert_eq!(stderr.lines().count(), 1, "only the error on stderr: {stderr}");
+    // -v: a line per change; the answer never changed, so one line, the last answer.
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let (_, answer) = lines[0]
+        .trim_start()
+        .split_once("s ")
+        .expect("elapsed, then the answer");
+    assert!(
+        error.ends_with(answer),
+        "the line and the error name the same answer:\n{answer}\n{error}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What docs/install.md says for a registry: the `images:` entry of `deploy/kustomization.yaml` renders the
+/// manager's Deployment with the registry's name and this version's tag (`kubectl kustomize`, offline).
+#[test]
+fn the_documented_registry_image_renders_into_the_deployment() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/install.md")).unwrap();
+    let images = doc
+        .split("```yaml\n")
+        .filter_map(|b| b.split("\n```").next())
+        .find(|b| b.starts_with("images:"))
+        .expect("docs/install.md shows the images: entry for a registry");
+    let dir = temp_dir("install-registry-image");
+    for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let kustomization = dir.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&kustomization).unwrap();
+    std::fs::write(&kustomization, format!("{text}{images}\n")).unwrap();
+    let out = Command::new(kubectl())
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("run kubectl kustomize");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rendered: Vec<serde_json::Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let deployment = rendered
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("the Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!("registry.example.com/team/btp-manager:{}", env!("CARGO_PKG_VERSION")),
+        "the documented registry name with this version"
+    );
+    assert_eq!(container["imagePullPolicy"], "IfNotPresent");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The documented uninstall on a provisioned cluster: the manager deprovisions, stops, and every object of

@@ -1,6 +1,7 @@
 //! Deprovisioning: `kubectl delete btpoperator` finishes and leaves nothing of ours behind — and nothing of
 //! anyone else's is removed. Against the embedded API server by default, against a real cluster with
-//! `BTP_E2E_KUBECONFIG` (the tests with ServiceInstances/ServiceBindings then need `BTP_E2E_REAL_OPERAND=1`).
+//! `BTP_E2E_KUBECONFIG` (where the harness plays the operand's webhooks behind its Service and its finalizer
+//! removal, unless `BTP_E2E_REAL_OPERAND=1` says the real operand runs).
 
 mod common;
 
@@ -86,11 +87,6 @@ async fn a_deletion_with_nothing_blocking_removes_every_module_resource_and_the_
 
 #[tokio::test]
 async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_deletion_unblocks_it() {
-    if skipped_without_the_operand(
-        "services_block_the_deletion_the_operand_stays_healthy_and_the_last_deletion_unblocks_it",
-    ) {
-        return;
-    }
     let env = ready_env(config()).await;
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-a").await;
@@ -133,6 +129,19 @@ async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_dele
         2,
         "nothing was deleted without force-delete"
     );
+    // Restored means running again: its webhooks answer (through its Service, with the new certificate)
+    // before the user's deletions below pass them.
+    let probe = service_instance("team-a", "probe");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the operand's webhooks answer again",
+        || async { api(&env, "team-a", "ServiceInstance").create(&dry_run, &probe).await },
+    )
+    .await;
 
     // The user removes them; the deletion proceeds within 2 s of the last one disappearing.
     api(&env, "team-a", "ServiceBinding")
@@ -154,9 +163,6 @@ async fn services_block_the_deletion_the_operand_stays_healthy_and_the_last_dele
 
 #[tokio::test]
 async fn force_delete_while_blocked_deletes_the_services_then_everything_else() {
-    if skipped_without_the_operand("force_delete_while_blocked_deletes_the_services_then_everything_else") {
-        return;
-    }
     let env = ready_env(config()).await;
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-b").await;
@@ -174,9 +180,6 @@ async fn force_delete_while_blocked_deletes_the_services_then_everything_else() 
 
 #[tokio::test]
 async fn a_hard_delete_that_times_out_ends_in_a_soft_delete_that_removes_binding_secrets() {
-    if skipped_without_the_operand("a_hard_delete_that_times_out_ends_in_a_soft_delete_that_removes_binding_secrets") {
-        return;
-    }
     let env = ready_env(Config {
         hard_delete_timeout: Duration::from_secs(1),
         hard_delete_check_interval: Duration::from_millis(200),
@@ -234,11 +237,6 @@ async fn a_hard_delete_that_times_out_ends_in_a_soft_delete_that_removes_binding
 
 #[tokio::test]
 async fn a_manager_restarted_during_the_hard_delete_and_during_the_soft_delete_still_finishes() {
-    if skipped_without_the_operand(
-        "a_manager_restarted_during_the_hard_delete_and_during_the_soft_delete_still_finishes",
-    ) {
-        return;
-    }
     let mut env = ready_env(Config {
         hard_delete_timeout: Duration::from_secs(2),
         hard_delete_check_interval: Duration::from_millis(200),
@@ -320,9 +318,6 @@ async fn reconcile_now_ignored(env: &Env) {
 
 #[tokio::test]
 async fn a_force_delete_survives_injected_api_failures_and_cut_watches() {
-    if skipped_without_the_operand("a_force_delete_survives_injected_api_failures_and_cut_watches") {
-        return;
-    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter("btp_manager=info")
         .with_test_writer()
@@ -438,11 +433,6 @@ async fn install_the_manager_itself(env: &Env) -> Vec<(kube::api::ApiResource, O
 
 #[tokio::test]
 async fn the_managers_own_deployment_rbac_services_webhooks_and_certificate_survive_a_deprovisioning() {
-    if skipped_without_the_operand(
-        "the_managers_own_deployment_rbac_services_webhooks_and_certificate_survive_a_deprovisioning",
-    ) {
-        return;
-    }
     let env = ready_env(config()).await;
     let _operand = env.play_operand(true).await;
     env.ensure_namespace("team-f").await;
@@ -518,9 +508,6 @@ async fn a_failed_removal_is_reported_the_operand_restored_and_the_deletion_retr
 
 #[tokio::test]
 async fn a_hard_delete_that_fails_goes_to_the_soft_delete() {
-    if skipped_without_the_operand("a_hard_delete_that_fails_goes_to_the_soft_delete") {
-        return;
-    }
     let env = ready_env(config()).await;
     let Some(server) = env.embedded() else {
         return env.stop().await;

@@ -276,7 +276,7 @@ async fn install_and_provision(server: RunningApiServer) -> Option<Installed> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_deploy_installs_and_the_manager_provisions_as_its_pod() {
     if real_cluster().is_some() {
-        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
@@ -288,6 +288,7 @@ async fn kubectl_apply_k_deploy_installs_and_the_manager_provisions_as_its_pod()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_kubernetes_1_24_kubectl_apply_k_deploy_installs_and_the_manager_provisions() {
     if real_cluster().is_some() {
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     let server = ApiServer::start(ServerConfig {
@@ -306,6 +307,7 @@ async fn on_kubernetes_1_24_kubectl_apply_k_deploy_installs_and_the_manager_prov
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_object_of_deploy_applies_server_side_on_every_supported_version() {
     if real_cluster().is_some() {
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     for version in [btp_apiserver::KubeVersion::V1_24, btp_apiserver::KubeVersion::Latest] {
@@ -375,7 +377,7 @@ fn open_crd(group: &str, kind: &str, plural: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_monitoring_and_dashboard_components_apply() {
     if real_cluster().is_some() {
-        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
@@ -527,7 +529,7 @@ fn run_btp_manager(kubeconfig: &Path, args: &[String]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wait_for_admission_gives_up_with_the_last_answer_when_no_manager_serves() {
     if real_cluster().is_some() {
-        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
@@ -627,7 +629,7 @@ fn the_documented_registry_image_renders_into_the_deployment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_uninstall_deletes_only_the_managers_objects() {
     if real_cluster().is_some() {
-        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -779,7 +781,7 @@ fn exists_in(kubeconfig: &Path, kind: &str, name: &str, namespace: Option<&str>)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
     if real_cluster().is_some() {
-        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
@@ -850,7 +852,7 @@ async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_registered() {
     if real_cluster().is_some() {
-        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     use k8s_openapi::api::apps::v1::Deployment;
@@ -1012,7 +1014,7 @@ fn uninstall_keep_operand(kubeconfig: &Path, extra: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_keep_operand_is_a_dry_run_unless_applied_and_then_unregisters_only_the_manager() {
     if real_cluster().is_some() {
-        eprintln!("install: NOT RUN against BTP_E2E_KUBECONFIG: it installs into an embedded API server");
+        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
         return;
     }
     use k8s_openapi::api::apps::v1::Deployment;

@@ -487,6 +487,22 @@ metadata:
         .contains_key(&("policy/v1".to_string(), "PodDisruptionBudget".to_string())));
 
     let env = ready_env(Config::default()).await;
+    // A chart with kinds beyond the shipped RBAC comes with RBAC for them (as an operator who upgrades the chart
+    // grants it): on a real cluster the manager runs as the shipped ServiceAccount.
+    let extra_rbac = serde_json::json!([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "btp-e2e-extra-kinds"},
+         "rules": [
+             {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["*"]},
+             {"apiGroups": ["example.com"], "resources": ["mice"], "verbs": ["*"]},
+             {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["*"]},
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "btp-e2e-extra-kinds"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "btp-e2e-extra-kinds"},
+         "subjects": [{"kind": "ServiceAccount", "name": common::install::SERVICE_ACCOUNT, "namespace": NS}]},
+    ]);
+    common::install::apply(&env.client, extra_rbac.as_array().unwrap()).await;
     // As a runtime ConfigMap naming another resources path would (the term's settings).
     env.ctx.set_settings(btp_manager::config::Settings {
         module: std::sync::Arc::new(module),
@@ -526,6 +542,17 @@ metadata:
         crds.get_opt("mice.example.com").await.unwrap().is_none()
     })
     .await;
+    for (kind, plural) in [
+        ("ClusterRoleBinding", "clusterrolebindings"),
+        ("ClusterRole", "clusterroles"),
+    ] {
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind), plural);
+        Api::<DynamicObject>::all_with(env.client.clone(), &resource)
+            .delete("btp-e2e-extra-kinds", &Default::default())
+            .await
+            .unwrap();
+    }
     env.stop().await;
 }
 

@@ -178,7 +178,9 @@ pub(crate) async fn admit(
                     continue;
                 }
                 let wname = wh.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-                let review = review(ctx, &input, &def.kind, obj.as_ref(), old);
+                let mut review = review(ctx, &input, &def.kind, obj.as_ref(), old);
+                let review_version = review_version(&wh);
+                review["apiVersion"] = json!(format!("admission.k8s.io/{review_version}"));
                 let ignore = wh.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
                 match match_conditions(&wh, &review["request"]) {
                     Ok(true) => {}
@@ -204,7 +206,9 @@ pub(crate) async fn admit(
                         target_url(&wh)
                     )),
                 };
-                let res = res.and_then(|resp| handle_response(&wname, &uid, resp, is_mutating, obj.as_mut()));
+                let res = res
+                    .and_then(|resp| same_version(review_version, resp))
+                    .and_then(|resp| handle_response(&wname, &uid, resp, is_mutating, obj.as_mut()));
                 match res {
                     Ok(Outcome::Allowed(warnings)) => ctx.warnings.extend(warnings),
                     Ok(Outcome::Denied(e)) => return Err(e),
@@ -255,6 +259,35 @@ fn review(ctx: &Ctx, i: &Input, kind: &str, obj: Option<&Value>, old: Option<&Va
         req["namespace"] = json!(name);
     }
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+}
+
+/// The AdmissionReview version sent to a webhook: the first of its `admissionReviewVersions` the API server
+/// speaks (`v1`, `v1beta1`), as kube-apiserver picks it; `v1` when none is listed.
+fn review_version(wh: &Value) -> &'static str {
+    wh.get("admissionReviewVersions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|v| match v {
+            "v1" => Some("v1"),
+            "v1beta1" => Some("v1beta1"),
+            _ => None,
+        })
+        .unwrap_or("v1")
+}
+
+/// A webhook must answer in the AdmissionReview version it was sent: kube-apiserver refuses any other one
+/// with the conversion error it meets (seen on 1.36 and 1.24 with a `v1` answer to a `v1beta1` review).
+fn same_version(sent: &str, review: Value) -> Result<Value, String> {
+    let answered = review.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let answered = answered.strip_prefix("admission.k8s.io/").unwrap_or(answered);
+    if answered == sent {
+        return Ok(review);
+    }
+    Err(format!(
+        "failed to call webhook: converting ({answered}.AdmissionReview) to ({sent}.AdmissionReview): unknown conversion"
+    ))
 }
 
 enum Outcome {

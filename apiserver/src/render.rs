@@ -18,6 +18,25 @@ pub(crate) fn present(t: &Target, obj: &Value) -> Value {
     o
 }
 
+/// The items of a list as kube-apiserver writes them: a built-in kind's items carry no `apiVersion` and `kind`
+/// (the list names them), a custom resource's do (they are stored as they were sent). Corpus case
+/// `list-items-type-meta`.
+pub(crate) fn list_items(t: &Target, items: Vec<Value>) -> Vec<Value> {
+    if t.def.crd {
+        return items;
+    }
+    items
+        .into_iter()
+        .map(|mut o| {
+            if let Some(m) = o.as_object_mut() {
+                m.remove("apiVersion");
+                m.remove("kind");
+            }
+            o
+        })
+        .collect()
+}
+
 pub(crate) fn selectors(q: &Query) -> ApiResult<(LabelSelector, FieldSelector)> {
     let ls = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
         .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;

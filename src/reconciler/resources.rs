@@ -204,11 +204,17 @@ fn set_deployment_images(obj: &mut Value, inputs: &Inputs<'_>) -> Result<(), Pre
 /// of writes everywhere. The comparison is containment: every field of `desired` must be in `live` with
 /// an equal value (objects by key, arrays element by element with equal length); fields only `live` has
 /// (defaults, status, other managers' fields) do not matter. `metadata.namespace` of a cluster-scoped
-/// object is ignored (the API server drops it). A value the server normalises differently (say a
-/// quantity) only costs an apply.
+/// object is ignored (the API server drops it). `apiVersion` and `kind` are not compared: `live` was read
+/// as that kind, and a real API server leaves them out of the items of a list (an object a watch store
+/// holds from its initial list has neither; one from a watch event has both). A value the server normalises
+/// differently (say a quantity) only costs an apply.
 pub fn already_applied(live: &Value, desired: &Value) -> bool {
     let (_, kind, _, _) = identity(desired);
     let mut desired = desired.clone();
+    if let Some(top) = desired.as_object_mut() {
+        top.remove("apiVersion");
+        top.remove("kind");
+    }
     if is_cluster_scoped(&kind) {
         if let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("namespace");

@@ -13,7 +13,10 @@ pub mod chart;
 pub mod eventually;
 pub mod go_manager;
 pub mod install;
+pub mod kubelet;
 pub mod operand;
+pub mod pod;
+pub mod proxy;
 pub mod replica;
 pub mod token_endpoint;
 
@@ -74,18 +77,35 @@ pub fn real_cluster() -> Option<String> {
     std::env::var("BTP_E2E_KUBECONFIG").ok().filter(|p| !p.is_empty())
 }
 
-/// Whether a test that needs the operand's own webhooks or finalizer removal must be skipped: on a real
-/// cluster without `BTP_E2E_REAL_OPERAND=1` (the embedded server gets the stand-ins of
-/// [`Env::play_operand`]). Says so on stderr when it skips.
-pub fn skipped_without_the_operand(test: &str) -> bool {
-    let skip = real_cluster().is_some() && !std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
-    if skip {
-        eprintln!(
-            "skipped {test}: on a real cluster it needs the real operand (BTP_E2E_REAL_OPERAND=1), whose webhooks \
-             guard every ServiceInstance and ServiceBinding write and whose finalizer removal ends their deletion"
-        );
+/// Say that the running test does not run here, and why: on stderr, and as a line `<suite>::<test>\t<reason>`
+/// in the file `BTP_E2E_SKIPS` names (the real-server stage of `.ci/run` counts these as skipped, not passed).
+/// The test is the current thread's name (libtest names each test's thread after it).
+pub fn skip(reason: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    let suite = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|s| s.rsplit_once('-').map_or(s.clone(), |(name, _hash)| name.to_string()))
+        .unwrap_or_default();
+    eprintln!("skipped {suite}::{test}: {reason}");
+    if let Some(path) = std::env::var_os("BTP_E2E_SKIPS").filter(|p| !p.is_empty()) {
+        use std::io::Write as _;
+        let line = format!("{suite}::{test}\t{}\n", reason.replace(['\n', '\t'], " "));
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            panic!("recording the skip in {}: {e}", std::path::Path::new(&path).display());
+        }
     }
-    skip
+}
+
+/// A poison-tolerant lock of a harness mutex (a panicking test thread must not wedge the stand-ins).
+pub fn sync_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How `Env::start_with` runs the manager.
@@ -160,6 +180,9 @@ pub struct Env {
     /// The client the manager uses (see `StartOptions::manager_user`).
     pub manager_client: kube::Client,
     pub ctx: Arc<Context>,
+    /// On a real cluster: the scheduler, kubelet and kube-proxy stand-ins (None on the embedded server, whose
+    /// workload stand-in plays them, and where `BTP_E2E_REAL_OPERAND=1` says the cluster runs the operand).
+    pub kubelet: Option<kubelet::Kubelet>,
     config: Config,
     created_namespaces: std::sync::Mutex<Vec<String>>,
     stop: Option<tokio::sync::watch::Sender<bool>>,
@@ -175,6 +198,13 @@ impl Env {
 
     /// As `start`, with the manager's identity and whether the harness runs the reconciler.
     pub async fn start_with(config: Config, deployments_become_available: bool, options: StartOptions) -> Self {
+        // `BTP_TEST_LOG=btp_manager=debug` shows the in-process manager's logs with the test's output.
+        if let Ok(filter) = std::env::var("BTP_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
         let config = if options.credentials_check {
             config
         } else {
@@ -184,12 +214,6 @@ impl Env {
             }
         };
         let (server, serial, client, config_of_admin) = connect().await;
-        // The manager's client is built as the manager builds it (one retry layer: the reconciler's).
-        let manager_config = match (&server, &options.manager_user) {
-            (Some(server), Some(user)) => server.kube_config_as(user),
-            _ => config_of_admin,
-        };
-        let manager_client = btp_manager::manager::manager_client(manager_config).expect("the manager's client");
         if server.is_none() {
             // A test that failed earlier could not clean up after itself (panics skip `stop`).
             cleanup(&client, &[]).await;
@@ -197,21 +221,43 @@ impl Env {
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}})).unwrap();
         ensure(&Api::<Namespace>::all(client.clone()), &ns).await;
-        if server.is_some() && options.manager_user.is_some() {
-            // The embedded server enforces RBAC for every user but its admin: the manager's identity gets
-            // exactly what `deploy/` grants it.
-            install::manager_identity(&client).await;
+        // The manager's client is built as the manager builds it (one retry layer: the reconciler's). On a real
+        // cluster it is the shipped ServiceAccount's (its token, RBAC and PriorityClass from `deploy/`, as
+        // `kubectl apply -k deploy/` installs them); on the embedded server the user `manager_user` names.
+        let manager_config = match (&server, &options.manager_user) {
+            (Some(server), Some(user)) => {
+                // The embedded server enforces RBAC for every user but its admin: the manager's identity gets
+                // exactly what `deploy/` grants it.
+                install::manager_identity(&client).await;
+                server.kube_config_as(user)
+            }
+            (Some(_), None) => config_of_admin.clone(),
+            (None, _) => install::shipped_identity(&client, &config_of_admin).await,
+        };
+        if server.is_some() {
+            // The operand's Pods name the manager's PriorityClass (the API server refuses them without it).
+            install::apply(&client, &install::deploy_objects("priority-class.yaml")).await;
         }
+        let manager_client = btp_manager::manager::manager_client(manager_config).expect("the manager's client");
         ensure(
             &Api::<CustomResourceDefinition>::all(client.clone()),
             &BtpOperator::crd().unwrap(),
         )
         .await;
         let real_operand = std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
-        if deployments_become_available && !real_operand {
-            // Deployments get Pods that run (there is no kubelet, and on a real cluster for these tests no
-            // Deployment controller either), and the operand's Pods start as the operand does (its
-            // cluster-ID Secret): the same stand-ins on both, so the same assertions hold.
+        let mut kubelet = None;
+        if server.is_none() && !real_operand {
+            // A real cluster without the operand: kube-controller-manager runs the Deployment and ReplicaSet
+            // controllers; the stand-ins schedule and run the Pods (Ready unless the test says otherwise) and
+            // play what the operand's container does at start.
+            let options = kubelet::KubeletOptions {
+                ready: deployments_become_available,
+                ..kubelet::KubeletOptions::default()
+            };
+            kubelet = Some(kubelet::Kubelet::start(client.clone(), &config_of_admin, options).await);
+        } else if deployments_become_available && !real_operand {
+            // Deployments get Pods that run (there is no kubelet), and the operand's Pods start as the operand
+            // does (its cluster-ID Secret).
             btp_apiserver::spawn_workload_controller(client.clone());
             operand::spawn_operand_starts(client.clone());
         }
@@ -228,6 +274,7 @@ impl Env {
             client,
             manager_client,
             ctx,
+            kubelet,
             config,
             stop: Some(stop),
             task,
@@ -264,23 +311,44 @@ impl Env {
 
     /// Play the operand where none runs: serve its webhooks with the manager-issued certificate and (when
     /// `removes_finalizers`) remove its finalizer from deleted ServiceInstances/ServiceBindings. Call after
-    /// provisioning. On a real cluster the real operand must run (`BTP_E2E_REAL_OPERAND=1`): its webhooks
-    /// guard every ServiceInstance/ServiceBinding write.
+    /// provisioning. On a real cluster its webhook server is reached through the operand's Service: the
+    /// kubelet stand-in runs it as the operand Pod's port, the kube-proxy stand-in listens on the Service's
+    /// ClusterIP. Where `BTP_E2E_REAL_OPERAND=1`, the real operand does all this.
     pub async fn play_operand(&self, removes_finalizers: bool) -> OperandDouble {
-        match self.server() {
-            Some(server) => OperandDouble {
+        let finalizers = removes_finalizers.then(|| operand::spawn_finalizer_remover(self.client.clone(), 16));
+        match (self.server(), &self.kubelet) {
+            (Some(server), _) => OperandDouble {
                 _webhooks: Some(operand::serve_webhooks(server, &self.client).await),
-                finalizers: removes_finalizers.then(|| operand::spawn_finalizer_remover(self.client.clone(), 16)),
+                finalizers,
+                _played: None,
+                _proxy: None,
             },
-            None => {
-                assert!(
-                    std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1"),
-                    "on a real cluster this test needs the real operand (BTP_E2E_REAL_OPERAND=1): its webhooks \
-                     guard every ServiceInstance and ServiceBinding write"
-                );
+            (None, Some(kubelet)) => {
+                let (addr, stop) = operand::serve_webhooks_on_loopback(&self.client).await;
+                let played = kubelet.serve_played(operand::pod_labels(), operand::WEBHOOK_PORT, addr);
+                let proxy = proxy::serve_service(
+                    &self.client,
+                    kubelet.lookup(),
+                    names::KYMA_SYSTEM,
+                    operand::WEBHOOK_SERVICE,
+                )
+                .await;
+                OperandDouble {
+                    _webhooks: Some(stop),
+                    finalizers,
+                    _played: Some(played),
+                    _proxy: Some(proxy),
+                }
+            }
+            (None, None) => {
+                if let Some(task) = finalizers {
+                    task.abort();
+                }
                 OperandDouble {
                     _webhooks: None,
                     finalizers: None,
+                    _played: None,
+                    _proxy: None,
                 }
             }
         }
@@ -398,7 +466,7 @@ impl Env {
     pub fn embedded(&self) -> Option<&RunningApiServer> {
         let server = self.server();
         if server.is_none() {
-            eprintln!("not run against a real cluster: needs the embedded API server's fault injection");
+            skip("needs the embedded API server's fault injection");
         }
         server
     }
@@ -421,6 +489,8 @@ impl Env {
 pub struct OperandDouble {
     _webhooks: Option<tokio::sync::oneshot::Sender<()>>,
     finalizers: Option<tokio::task::JoinHandle<()>>,
+    _played: Option<kubelet::PlayedPort>,
+    _proxy: Option<proxy::ServiceProxy>,
 }
 
 impl Drop for OperandDouble {
@@ -649,7 +719,8 @@ pub async fn reconcile_now(env: &Env) {
     reconcile_now_in(&env.crs(names::KYMA_SYSTEM), Duration::from_secs(5)).await;
 }
 
-/// Mark the operand Deployment (not) available, as its controller would (once the manager created it).
+/// Mark the operand Deployment (not) available, as its controller would (once the manager created it). On a
+/// real cluster its controller does: the operand's Pods turn (not) ready.
 pub async fn set_available(env: &Env, available: bool) {
     use k8s_openapi::api::apps::v1::Deployment;
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), names::KYMA_SYSTEM);
@@ -658,6 +729,10 @@ pub async fn set_available(env: &Env, available: bool) {
         deployments.get_opt(name).await.unwrap().is_some()
     })
     .await;
+    if let Some(kubelet) = &env.kubelet {
+        kubelet.set_ready(available);
+        return;
+    }
     let status = if available { "True" } else { "False" };
     let patch = serde_json::json!({"status": {"conditions": [
         {"type": "Available", "status": status, "reason": "Test", "message": "set by the test"},

@@ -18,12 +18,22 @@ pub const SERVICES_FINALIZER: &str = "services.cloud.sap.com/sap-btp-finalizer";
 pub use btp_manager::reconciler::cluster::services_resource as services;
 
 /// Serve the operand's webhooks on loopback with the leaf in `kyma-system/webhook-server-cert`, and map the
-/// operand's webhook Service to it. Call once the manager has provisioned (the Secret exists). The server
-/// stops when the returned sender is dropped.
+/// operand's webhook Service to it on the embedded server. Call once the manager has provisioned (the Secret
+/// exists). The server stops when the returned sender is dropped.
 pub async fn serve_webhooks(
     server: &btp_apiserver::RunningApiServer,
     client: &kube::Client,
 ) -> tokio::sync::oneshot::Sender<()> {
+    let (addr, stop) = serve_webhooks_on_loopback(client).await;
+    server.set_service_address("kyma-system", "sap-btp-operator-webhook-service", 443, addr);
+    stop
+}
+
+/// The operand's webhook server (allowing everything) on a loopback port, with the certificate the manager
+/// issued, reloaded when the manager regenerates it: its address, and the sender that stops it when dropped.
+pub async fn serve_webhooks_on_loopback(
+    client: &kube::Client,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let secret = Api::<Secret>::namespaced(client.clone(), "kyma-system")
         .get("webhook-server-cert")
         .await
@@ -33,7 +43,6 @@ pub async fn serve_webhooks(
         .expect("webhook-server-cert holds a usable certificate and key");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
-    server.set_service_address("kyma-system", "sap-btp-operator-webhook-service", 443, addr);
     let router = axum::Router::new().fallback(allow);
     let tls = btp_webhooks::tls::server_config(cert.clone()).expect("TLS config");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -55,14 +64,28 @@ pub async fn serve_webhooks(
         let _ = stopped.await;
         reloader.abort();
     }));
-    stop
+    (addr, stop)
 }
 
-/// Allow every AdmissionReview (echoing its uid).
+/// The operand Pod's labels that [`POD_SELECTOR`] selects.
+pub fn pod_labels() -> std::collections::BTreeMap<String, String> {
+    POD_SELECTOR
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The operand's webhook Service and its container port.
+pub const WEBHOOK_SERVICE: &str = "sap-btp-operator-webhook-service";
+pub const WEBHOOK_PORT: i32 = 9443;
+
+/// Allow every AdmissionReview (echoing its uid, in the version it came in: the operand's configurations list
+/// `v1beta1` first, and the API server refuses an answer in another version).
 async fn allow(axum::Json(review): axum::Json<serde_json::Value>) -> axum::Json<serde_json::Value> {
     let uid = review["request"]["uid"].clone();
     axum::Json(serde_json::json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "apiVersion": review["apiVersion"], "kind": "AdmissionReview",
         "response": {"uid": uid, "allowed": true}
     }))
 }
@@ -170,9 +193,40 @@ pub fn spawn_operand_starts(client: kube::Client) -> tokio::task::JoinHandle<()>
     })
 }
 
+/// What the operand's container does when it starts (see [`spawn_operand_starts`]), for any Pod: whether its
+/// container comes up (false: the operand refuses to start, its cluster-ID Secret names another cluster). A
+/// Pod that is not the operand's comes up.
+pub async fn start_container(
+    client: &kube::Client,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Result<bool, kube::Error> {
+    let operand = pod_labels().iter().all(|(k, v)| pod.labels().get(k) == Some(v));
+    match pod.namespace() {
+        Some(ns) if operand => record_cluster_id(client, &ns).await,
+        _ => Ok(true),
+    }
+}
+
 async fn start(client: &kube::Client, ns: &str, pod: &str) -> Result<(), kube::Error> {
+    use k8s_openapi::api::core::v1::Pod;
+    if record_cluster_id(client, ns).await? {
+        return Ok(());
+    }
+    let status = serde_json::json!({"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
+        {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
+    ]}});
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map(|_| ())
+}
+
+/// The operand's start in namespace `ns`: its cluster-ID Secret created where there is none; whether it
+/// starts (false: the recorded cluster ID is another one).
+async fn record_cluster_id(client: &kube::Client, ns: &str) -> Result<bool, kube::Error> {
     use base64::Engine as _;
-    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use k8s_openapi::api::core::v1::ConfigMap;
     let config = Api::<ConfigMap>::namespaced(client.clone(), ns)
         .get_opt(btp_api::names::operand::CONFIGMAP)
         .await?
@@ -200,21 +254,12 @@ async fn start(client: &kube::Client, ns: &str, pod: &str) -> Result<(), kube::E
             });
             let secret: Secret = serde_json::from_value(secret).map_err(kube::Error::SerdeError)?;
             match secrets.create(&Default::default(), &secret).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(true),
                 Err(e) => Err(e),
             }
         }
-        Some(recorded) if !recorded.is_empty() && recorded != cluster_id => {
-            let status = serde_json::json!({"status": {"conditions": [
-                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
-                {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
-            ]}});
-            Api::<Pod>::namespaced(client.clone(), ns)
-                .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
-                .await
-                .map(|_| ())
-        }
-        _ => Ok(()),
+        Some(recorded) if !recorded.is_empty() && recorded != cluster_id => Ok(false),
+        _ => Ok(true),
     }
 }

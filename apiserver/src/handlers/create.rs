@@ -2,8 +2,8 @@
 
 use super::delete::collect_if_dangling;
 use super::shared::{
-    after_write, check_body_type, check_namespace, crd_schema, defaults, drop_unknown_to_version, parse_body,
-    prune_unknown, tracks_generation, validate_match_conditions, validate_name, validate_schema,
+    admit_priority, after_write, check_body_type, check_namespace, crd_schema, defaults, drop_unknown_to_version,
+    parse_body, prune_unknown, tracks_generation, validate_match_conditions, validate_name, validate_schema,
 };
 use crate::context::{ok_json, Ctx};
 use crate::error::{ApiError, ApiResult};
@@ -80,6 +80,9 @@ pub(crate) async fn create_object(ctx: &mut Ctx, mut obj: Value, manager: Option
     validate_name(&def, &name)?;
     if def.namespaced {
         check_namespace(&ctx.st, &ns, &def.plural, &name)?;
+    }
+    if def.group.is_empty() && def.plural == "pods" {
+        admit_priority(&ctx.st, &mut obj, &name)?;
     }
     let api_version = ctx.api_version();
     if let Some(m) = obj.as_object_mut() {

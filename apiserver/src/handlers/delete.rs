@@ -4,7 +4,7 @@ use super::read::obj_key;
 use super::shared::MAX_RETRIES;
 use crate::context::{crd_gr, ns_gr, ok_json, Ctx, State};
 use crate::error::{ApiError, ApiResult};
-use crate::render::{present, selectors};
+use crate::render::{list_items, present, selectors};
 use crate::store::{Cas, Gr};
 use crate::util::{finalizers_of, meta_mut, meta_str, name_of, now_rfc3339, query_bool, rv_of};
 use axum::http::StatusCode;
@@ -484,7 +484,7 @@ pub(crate) async fn delete_collection(ctx: &mut Ctx) -> ApiResult<Response> {
     }
     let body = json!({
         "apiVersion": ctx.api_version(), "kind": ctx.t.def.list_kind,
-        "metadata": {"resourceVersion": ctx.st.store.current_rv().to_string()}, "items": out,
+        "metadata": {"resourceVersion": ctx.st.store.current_rv().to_string()}, "items": list_items(&ctx.t, out),
     });
     Ok(ok_json(StatusCode::OK, &body))
 }

@@ -2,7 +2,7 @@
 
 use crate::context::{ok_json, Ctx};
 use crate::error::{ApiError, ApiResult};
-use crate::render::{present, selectors, table, table_columns, wants_table};
+use crate::render::{list_items, present, selectors, table, table_columns, wants_table};
 use crate::util::{meta_str, name_of};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -100,7 +100,7 @@ pub(crate) fn list(ctx: &mut Ctx) -> ApiResult<Response> {
     }
     let body = json!({
         "apiVersion": ctx.api_version(), "kind": ctx.t.def.list_kind,
-        "metadata": meta, "items": out,
+        "metadata": meta, "items": list_items(&ctx.t, out),
     });
     Ok(ok_json(StatusCode::OK, &body))
 }

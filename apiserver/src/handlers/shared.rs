@@ -100,6 +100,44 @@ pub(crate) fn check_namespace(st: &State, ns: &str, resource: &str, name: &str) 
     Ok(())
 }
 
+/// kube-apiserver's Priority admission plugin on a Pod's creation: the PriorityClass `spec.priorityClassName`
+/// names must exist (else 403 Forbidden, before anything is stored), and its value and preemption policy become
+/// `spec.priority` and `spec.preemptionPolicy`; a Pod without a class gets priority 0 (a cluster's global
+/// default class is not played). Corpus case `pod-priority-class-missing`.
+pub(crate) fn admit_priority(st: &State, pod: &mut Value, name: &str) -> ApiResult<()> {
+    let class = pod
+        .pointer("/spec/priorityClassName")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    let (priority, policy) = match class {
+        None => (json!(0), json!("PreemptLowerPriority")),
+        Some(class) => {
+            let gr = ("scheduling.k8s.io".to_string(), "priorityclasses".to_string());
+            let found = st.store.get(&gr, "", &class).ok_or_else(|| {
+                ApiError::forbidden_for(
+                    "",
+                    "pods",
+                    name,
+                    &format!("no PriorityClass with name {class} was found"),
+                )
+            })?;
+            (
+                found.get("value").cloned().unwrap_or(json!(0)),
+                found
+                    .get("preemptionPolicy")
+                    .cloned()
+                    .unwrap_or(json!("PreemptLowerPriority")),
+            )
+        }
+    };
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("priority".into(), priority);
+        spec.entry("preemptionPolicy").or_insert(policy);
+    }
+    Ok(())
+}
+
 /// Kind-specific defaulting applied on every write.
 /// The defaults kube-apiserver gives a webhook of an admission webhook configuration (`admissionregistration/v1`
 /// `SetDefaults_*`).

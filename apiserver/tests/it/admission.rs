@@ -32,6 +32,9 @@ async fn respond(path: &str, review: Value) -> Value {
         }
         "/warn" => resp["warnings"] = json!(["be careful", "second warning"]),
         "/slow" => tokio::time::sleep(Duration::from_secs(3)).await,
+        "/echo-version" => {
+            return json!({"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": resp});
+        }
         _ => {}
     }
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp})
@@ -433,4 +436,49 @@ async fn match_conditions_select_the_webhook_with_cel() {
     .await;
     secrets.create(&PostParams::default(), &secret("s2")).await.unwrap();
     assert_eq!(hook.reviews.lock().unwrap().len(), 1, "never called");
+}
+
+/// The review version is the first of `admissionReviewVersions` the API server speaks, and the answer must come
+/// in it: kube-apiserver (1.36 and 1.24, seen with the operand's configurations, which list `v1beta1` first)
+/// sends `v1beta1` and refuses a `v1` answer with a conversion error.
+#[tokio::test]
+async fn a_webhook_gets_the_first_review_version_it_lists_and_must_answer_in_it() {
+    let hook = spawn_hook().await;
+    let srv = start().await;
+    let client = srv.client().await;
+    let url = |p: &str| json!({"url": format!("https://127.0.0.1:{}{p}", hook.addr.port()), "caBundle": hook.ca_b64});
+    let versions = json!({"admissionReviewVersions": ["v1beta1", "v1"]});
+    let mut echo = webhook("echo.example.com", url("/echo-version"), versions.clone());
+    echo["objectSelector"] = json!({"matchLabels": {"hook": "echo"}});
+    let mut v1 = webhook("v1-answer.example.com", url("/"), versions);
+    v1["objectSelector"] = json!({"matchLabels": {"hook": "v1"}});
+    add_validating(&client, "versions", vec![echo, v1]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &cm("echo", json!({"hook": "echo"})))
+        .await
+        .expect("an answer in the review's version is taken");
+    let sent: Vec<Value> = hook
+        .reviews
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(p, _)| p == "/echo-version")
+        .map(|(_, r)| r["apiVersion"].clone())
+        .collect();
+    assert_eq!(sent, vec![json!("admission.k8s.io/v1beta1")]);
+    let e = api
+        .create(&PostParams::default(), &cm("v1", json!({"hook": "v1"})))
+        .await
+        .unwrap_err();
+    match e {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 500);
+            assert_eq!(
+                s.message,
+                "Internal error occurred: failed calling webhook \"v1-answer.example.com\": failed to call webhook: \
+                 converting (v1.AdmissionReview) to (v1beta1.AdmissionReview): unknown conversion"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -248,3 +248,17 @@ fn an_object_is_already_applied_when_the_live_one_contains_every_desired_field()
     wiped["webhooks"][0]["clientConfig"]["caBundle"] = json!("");
     assert!(!super::already_applied(&wiped, &d), "a wiped caBundle is put back");
 }
+
+/// A real API server lists built-in objects without `apiVersion` and `kind` (the list carries them): an
+/// object a watch store holds from its initial list is the same object (seen on kube-apiserver 1.36: every
+/// operand object was re-applied on the first pass after a takeover).
+#[test]
+fn an_object_listed_without_apiversion_and_kind_is_already_applied() {
+    let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "ns"}, "data": {"k": "v"}});
+    let listed = json!({"metadata": {"name": "c", "namespace": "ns", "resourceVersion": "7"}, "data": {"k": "v"}});
+    assert!(super::already_applied(&listed, &desired));
+    let mut edited = listed.clone();
+    edited["data"]["k"] = json!("changed by hand");
+    assert!(!super::already_applied(&edited, &desired));
+}

@@ -275,12 +275,126 @@ async fn install_and_provision(server: RunningApiServer) -> Option<Installed> {
 // Multi-threaded: kubectl runs as a blocking child process while the in-process API server answers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_deploy_installs_and_the_manager_provisions_as_its_pod() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
-        return;
+    if let Some(cluster) = common::shipped::RealCluster::connect().await {
+        return as_shipped_on_a_real_cluster(cluster).await;
     }
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
     install_and_provision(server).await;
+}
+
+/// On a real cluster (`BTP_E2E_KUBECONFIG`): docs/install.md's commands as written (install, `rollout status`, the
+/// wait for admission), the manager running as the Pods of `deploy/deployment.yaml` (two replicas, in-cluster
+/// configuration from the shipped ServiceAccount's token, the shipped arguments, user 10001, a read-only root)
+/// and reached through its Service; the Secret and the BtpOperator created once each, without a retry; then the
+/// documented uninstall leaves nothing of the manager's.
+async fn as_shipped_on_a_real_cluster(cluster: common::shipped::RealCluster) {
+    use common::shipped::{run_ok, Shipped};
+    let shipped = Shipped::install(&cluster).await;
+    let client = cluster.client.clone();
+    // Applying again changes nothing and fails nowhere (a GitOps re-sync).
+    run_ok(
+        &cluster.kubeconfig,
+        &["kubectl", "apply", "-k", "deploy/"].map(String::from),
+    )
+    .await;
+    // Both replicas run as the Deployment's Pods, and one of them leads.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let selector = "app.kubernetes.io/component=btp-manager.kyma-project.io";
+    let running: Vec<String> = pods
+        .list(&kube::api::ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .map(|p| p.metadata.name.unwrap_or_default())
+        .collect();
+    assert_eq!(running.len(), 2, "two replicas run: {running:?}");
+    let holder = eventually(Duration::from_secs(30), "a replica holds the Lease", || async {
+        let holder = common::replica::lease_holder(&client, names::KYMA_SYSTEM).await;
+        (!holder.is_empty()).then_some(holder)
+    })
+    .await;
+    assert!(
+        running.contains(&holder),
+        "the Lease is held by a Pod: {holder} of {running:?}"
+    );
+
+    // What the wait promised: the API server reaches a replica through the Service, which says what to fix.
+    let misnamed: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    let refusal = match misnamed
+        .create(&PostParams::default(), &BtpOperator::new("misnamed"))
+        .await
+    {
+        Err(kube::Error::Api(s)) => s.message,
+        other => panic!(
+            "a misnamed BtpOperator right after the wait: {other:?}\n{}",
+            shipped.logs()
+        ),
+    };
+    assert!(
+        refusal.starts_with("admission webhook \"vbtpoperator.operator.kyma-project.io\" denied the request")
+            && refusal.contains("btpoperator"),
+        "refused by the admission webhook with what to fix: {refusal}"
+    );
+    let mut secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                     "labels": {"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}},
+    });
+    secret["stringData"] = credentials();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
+        .await
+        .expect("the credentials Secret");
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
+        .await
+        .expect("the BtpOperator");
+    // The operand's Pods run too (the kubelet stand-in plays them): the CR turns Ready.
+    let ready = try_wait_cr(&client, Reason::ReconcileSucceeded, Duration::from_secs(60)).await;
+    assert!(ready, "the CR turned Ready\n{}", shipped.logs());
+    let created = crs.get(names::BTP_OPERATOR_NAME).await.unwrap();
+    assert!(
+        created
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == names::FINALIZER),
+        "the mutating webhook added the finalizer"
+    );
+
+    shipped.uninstall(&cluster).await;
+    assert_nothing_of_ours_registered(&cluster.kubeconfig);
+    assert!(
+        installed_objects(&client).await.is_empty(),
+        "the operand is gone with the CR"
+    );
+    assert!(
+        pods.list(&kube::api::ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "the manager's Pods are gone"
+    );
+}
+
+/// Whether `kyma-system/btpoperator` shows `reason` within `within`.
+async fn try_wait_cr(client: &kube::Client, reason: Reason, within: Duration) -> bool {
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    try_eventually(within, || async {
+        crs.get_opt(names::BTP_OPERATOR_NAME)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|cr| cr.status)
+            .and_then(|s| s.conditions.first().map(|c| c.reason.clone()))
+            .is_some_and(|r| r == reason.to_string())
+    })
+    .await
+    .is_ok()
 }
 
 /// The oldest supported version: the same install and the same Pod provision there (the manager registers its

@@ -197,8 +197,13 @@ async fn holder(client: &kube::Client) -> String {
     lease_holder(client, NS).await
 }
 
+/// On the embedded server: two replicas as processes behind a proxy that plays the Service (below). On a real
+/// cluster (`BTP_E2E_KUBECONFIG`): [`a_rolling_update_as_shipped_fails_no_admission_request`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease_duration() {
+    if let Some(cluster) = common::shipped::RealCluster::connect().await {
+        return a_rolling_update_as_shipped_fails_no_admission_request(cluster).await;
+    }
     let (_server, client, dir) = cluster("shutdown").await;
     let kubeconfig = dir.join("kubeconfig");
     let proxy = Proxy::start().await;
@@ -299,6 +304,99 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
         sent
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rolling update of the manager as shipped, on a real cluster: `deploy/` installed as docs/install.md says,
+/// the CR Ready, a stream of misnamed BtpOperators through the real API server (each must be refused by our
+/// webhook: anything else counts as a failed admission request), then `kubectl rollout restart`: the
+/// Deployment controller starts a new replica, and once it is ready (its readiness probe, its EndpointSlice)
+/// deletes an old one, whose container gets SIGTERM and drains (the shipped `--shutdown-drain-delay`), twice.
+/// No admission request fails, a new replica leads and reconciles, the CR stays Ready.
+async fn a_rolling_update_as_shipped_fails_no_admission_request(cluster: common::shipped::RealCluster) {
+    use common::shipped::{run_ok, Shipped, DEPLOYMENT};
+    use k8s_openapi::api::core::v1::Pod;
+    let shipped = Shipped::install(&cluster).await;
+    let client = cluster.client.clone();
+    let mut secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": NS,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+    });
+    secret["stringData"] = common::credentials();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
+        .await
+        .expect("the credentials Secret");
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
+    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
+        .await
+        .expect("the valid CR is admitted");
+    eventually(Duration::from_secs(60), "the CR is Ready", || cr_ready(&crs)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = kube::api::ListParams::default().labels("app.kubernetes.io/component=btp-manager.kyma-project.io");
+    let names_of = |list: Vec<Pod>| -> Vec<String> { list.into_iter().filter_map(|p| p.metadata.name).collect() };
+    let before = names_of(pods.list(&selector).await.unwrap().items);
+
+    let stream = Stream::start(client.clone());
+    eventually(Duration::from_secs(10), "the stream is flowing", || async {
+        stream.sent() >= 10
+    })
+    .await;
+    let started = Instant::now();
+    let restart = [
+        "kubectl",
+        "-n",
+        NS,
+        "rollout",
+        "restart",
+        &format!("deployment/{DEPLOYMENT}"),
+    ]
+    .map(String::from);
+    run_ok(&cluster.kubeconfig, &restart).await;
+    let status = [
+        "kubectl",
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        &format!("deployment/{DEPLOYMENT}"),
+    ]
+    .map(String::from);
+    run_ok(&cluster.kubeconfig, &status).await;
+    // The old replicas are gone (their containers drained and exited), two new ones serve.
+    let after = eventually(Duration::from_secs(60), "only the new replicas are left", || async {
+        let now = names_of(pods.list(&selector).await.unwrap().items);
+        (now.len() == 2 && now.iter().all(|p| !before.contains(p))).then_some(now)
+    })
+    .await;
+    let rolled = started.elapsed();
+    let sent_after = stream.sent();
+    eventually(Duration::from_secs(20), "requests after the rollout", || async {
+        stream.sent() >= sent_after + 20
+    })
+    .await;
+    let (sent, failures) = stream.finish().await;
+    assert!(
+        failures.is_empty(),
+        "{} of {} admission requests failed during the rolling update:\n{}\n{}",
+        failures.len(),
+        sent,
+        failures.join("\n"),
+        shipped.logs()
+    );
+    let leader = eventually(Duration::from_secs(30), "a new replica leads", || async {
+        let holder = holder(&client).await;
+        after.contains(&holder).then_some(holder)
+    })
+    .await;
+    assert!(cr_ready(&crs).await, "the CR stays Ready");
+    reconcile_now_in(&crs, Duration::from_secs(20)).await;
+    assert!(cr_ready(&crs).await, "the CR stays Ready under the new leader");
+    println!(
+        "rolling update as shipped: {before:?} -> {after:?} in {rolled:?}, {leader} leads; {sent} admission requests \
+         through the API server, none failed"
+    );
+    shipped.uninstall(&cluster).await;
 }
 
 /// The shipped Deployment gives the shutdown enough time: drain delay plus the reconciler's budget, and

@@ -59,7 +59,7 @@ impl Default for KubeletOptions {
         Self {
             ready: true,
             run_manager: false,
-            rust_log: "info".into(),
+            rust_log: "info,btp_webhooks::handlers=warn".into(),
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod operand;
 pub mod pod;
 pub mod proxy;
 pub mod replica;
+pub mod shipped;
 pub mod token_endpoint;
 
 pub use eventually::*;

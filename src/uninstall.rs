@@ -201,7 +201,7 @@ pub async fn execute(
 
 /// `btp-manager uninstall --keep-operand`.
 pub async fn run(args: crate::cli::UninstallArgs) -> anyhow::Result<()> {
-    let client = crate::manager::kubeconfig_client(args.kubeconfig.as_deref()).await?;
+    let client = crate::manager::kubeconfig_client(args.kubeconfig.as_deref(), "uninstall").await?;
     let steps = plan(&args.namespace);
     execute(&client, &steps, args.apply, args.timeout, &mut std::io::stdout()).await
 }

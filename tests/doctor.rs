@@ -137,9 +137,8 @@ fn line(report: &Report, name: &str) -> Check {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_installation_passes_clean_and_doctor_writes_nothing() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts");
-        return;
+    if let Some(cluster) = common::shipped::RealCluster::connect().await {
+        return a_healthy_installation_as_shipped_passes_clean(cluster).await;
     }
     let mut cluster = Cluster::start(ServerConfig::default()).await;
     let log = cluster.server.request_log();
@@ -481,4 +480,58 @@ async fn check_admission_waits_through_the_install_and_prints_a_line_per_change(
         assert_ne!(pair[0], pair[1], "a line per change, not per attempt: {seen:#?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// On a real cluster (`BTP_E2E_KUBECONFIG`): `deploy/` installed as docs/install.md says, the manager running as
+/// its Pods, the Secret and the CR Ready; `btp-manager doctor` (the binary, with the cluster's kubeconfig) passes
+/// every check and exits 0; where the API server keeps an audit log, doctor's requests are reads, access
+/// reviews and the dry-run create of its admission probe.
+async fn a_healthy_installation_as_shipped_passes_clean(cluster: common::shipped::RealCluster) {
+    let mut shipped = common::shipped::Shipped::install(&cluster).await;
+    let requests = common::requests::audit_log().map(common::requests::Requests::audit);
+    shipped.create_secret_and_cr(&cluster.client).await;
+    let crs: Api<BtpOperator> = Api::namespaced(cluster.client.clone(), names::KYMA_SYSTEM);
+    eventually(Duration::from_secs(60), "the BtpOperator is Ready", || cr_ready(&crs)).await;
+    let before = requests.as_ref().map_or(0, |r| r.len());
+    let out = common::shipped::run(&cluster.kubeconfig, &["btp-manager".to_string(), "doctor".to_string()]).await;
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "doctor passes on a healthy install:\n{report}\n{}",
+        shipped.logs()
+    );
+    for name in [
+        "version",
+        "crd",
+        "rbac",
+        "deployment",
+        "leader",
+        "webhooks",
+        "admission",
+        "secret",
+        "btpoperator",
+        "credentials",
+        "operand",
+    ] {
+        assert!(
+            report
+                .lines()
+                .any(|l| l.starts_with("ok ") && l.split_whitespace().nth(1) == Some(name)),
+            "doctor's {name} line passes:\n{report}"
+        );
+    }
+    if let Some(requests) = requests {
+        let writes: Vec<String> = requests
+            .since(before)
+            .into_iter()
+            .filter(|r| r.user_agent.contains("doctor"))
+            .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+            .filter(|r| !(r.verb == "create" && r.resource == "subjectaccessreviews"))
+            .filter(|r| !(r.verb == "create" && r.query.contains("dryRun=All")))
+            .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+            .collect();
+        assert!(writes.is_empty(), "doctor wrote: {writes:?}");
+    }
+    shipped.uninstall(&cluster).await;
 }

@@ -289,7 +289,7 @@ async fn kubectl_apply_k_deploy_installs_and_the_manager_provisions_as_its_pod()
 /// documented uninstall leaves nothing of the manager's.
 async fn as_shipped_on_a_real_cluster(cluster: common::shipped::RealCluster) {
     use common::shipped::{run_ok, Shipped};
-    let shipped = Shipped::install(&cluster).await;
+    let mut shipped = Shipped::install(&cluster).await;
     let client = cluster.client.clone();
     // Applying again changes nothing and fails nowhere (a GitOps re-sync).
     run_ok(
@@ -337,20 +337,8 @@ async fn as_shipped_on_a_real_cluster(cluster: common::shipped::RealCluster) {
             && refusal.contains("btpoperator"),
         "refused by the admission webhook with what to fix: {refusal}"
     );
-    let mut secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
-                     "labels": {"app.kubernetes.io/managed-by": "kcp-kyma-environment-broker"}},
-    });
-    secret["stringData"] = credentials();
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
-        .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
-        .await
-        .expect("the credentials Secret");
+    shipped.create_secret_and_cr(&client).await;
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
-    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
-        .await
-        .expect("the BtpOperator");
     // The operand's Pods run too (the kubelet stand-in plays them): the CR turns Ready.
     let ready = try_wait_cr(&client, Reason::ReconcileSucceeded, Duration::from_secs(60)).await;
     assert!(ready, "the CR turned Ready\n{}", shipped.logs());

@@ -16,8 +16,8 @@
 mod common;
 
 use btp_api::{names, BtpOperator};
-use btp_apiserver::testing::RequestLog;
-use common::replica::{cluster, http_get, is_ok, lease_holder, Replica, LEASE};
+use common::replica::{any_cluster, http_get, is_ok, lease_holder, Replica, LEASE};
+use common::requests::Requests;
 use common::{cr_ready, eventually, try_eventually};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -55,7 +55,7 @@ async fn holder(client: &kube::Client) -> String {
 }
 
 /// Writes in the log from index `since` on (the Lease excepted: the election itself).
-fn writes(log: &RequestLog, since: usize) -> Vec<btp_apiserver::testing::RequestRecord> {
+fn writes(log: &Requests, since: usize) -> Vec<btp_apiserver::testing::RequestRecord> {
     log.since(since)
         .into_iter()
         .filter(|r| matches!(r.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE") && r.resource != "leases")
@@ -97,13 +97,11 @@ async fn stored_leaf_names(client: &kube::Client, name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its_lease() {
-    if common::real_cluster().is_some() {
-        common::skip("counts each replica's writes in the embedded server's request log");
+    let Some(cluster) = any_cluster("rollout").await else {
         return;
-    }
-    let (server, client, dir) = cluster("rollout").await;
-    let log = server.request_log();
-    let kubeconfig = dir.join("kubeconfig");
+    };
+    let (client, dir, log) = (cluster.client.clone(), cluster.dir.clone(), cluster.requests.clone());
+    let kubeconfig = cluster.kubeconfig.clone();
     let a = Replica::start(
         "a",
         &kubeconfig,
@@ -239,7 +237,7 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
         by_a
     );
     drop((a, b));
-    let _ = std::fs::remove_dir_all(&dir);
+    cluster.finish().await;
 }
 
 /// Before any replica has led, the webhooks come up with the first leader: a replica that cannot lead (the
@@ -248,12 +246,10 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
 /// ready. Its request metrics (client-go's names) count what it sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_before() {
-    if common::real_cluster().is_some() {
-        common::skip("counts each replica's requests in the embedded server's request log");
+    let Some(cluster) = any_cluster("rollout").await else {
         return;
-    }
-    let (server, client, dir) = cluster("rollout").await;
-    let log = server.request_log();
+    };
+    let (client, dir, log) = (cluster.client.clone(), cluster.dir.clone(), cluster.requests.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let held: Lease = serde_json::from_value(serde_json::json!({
         "metadata": {"name": LEASE},
@@ -261,7 +257,7 @@ async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_bef
     }))
     .unwrap();
     leases.create(&PostParams::default(), &held).await.unwrap();
-    let c = Replica::start("c", &dir.join("kubeconfig"), &dir, &args(&built_in(), &[]));
+    let c = Replica::start("c", &cluster.kubeconfig, &dir, &args(&built_in(), &[]));
     // Started (it serves its probes and the webhook port), but nothing to serve yet.
     let why = eventually(Duration::from_secs(30), "c started and not ready", || async {
         http_get(c.health, "/readyz")
@@ -316,5 +312,5 @@ async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_bef
         assert!(metrics.contains(line), "/metrics has {line}:\n{metrics}");
     }
     drop(c);
-    let _ = std::fs::remove_dir_all(&dir);
+    cluster.finish().await;
 }

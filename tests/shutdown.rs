@@ -315,22 +315,10 @@ async fn sigterm_hands_over_without_failed_requests_and_sigkill_within_the_lease
 async fn a_rolling_update_as_shipped_fails_no_admission_request(cluster: common::shipped::RealCluster) {
     use common::shipped::{run_ok, Shipped, DEPLOYMENT};
     use k8s_openapi::api::core::v1::Pod;
-    let shipped = Shipped::install(&cluster).await;
+    let mut shipped = Shipped::install(&cluster).await;
     let client = cluster.client.clone();
-    let mut secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": NS,
-                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
-    });
-    secret["stringData"] = common::credentials();
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
-        .await
-        .expect("the credentials Secret");
+    shipped.create_secret_and_cr(&client).await;
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
-    crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
-        .await
-        .expect("the valid CR is admitted");
     eventually(Duration::from_secs(60), "the CR is Ready", || cr_ready(&crs)).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let selector = kube::api::ListParams::default().labels("app.kubernetes.io/component=btp-manager.kyma-project.io");

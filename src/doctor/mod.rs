@@ -21,7 +21,7 @@ pub async fn diagnose(client: &kube::Client, target: &Target) -> Report {
 
 /// `btp-manager doctor`: print the report; healthy (exit code 0) when nothing failed.
 pub async fn run(args: crate::cli::DoctorArgs) -> anyhow::Result<bool> {
-    let client = crate::manager::kubeconfig_client(args.kubeconfig.as_deref()).await?;
+    let client = crate::manager::kubeconfig_client(args.kubeconfig.as_deref(), "doctor").await?;
     let target = Target {
         namespace: args.namespace,
         service_account: args.service_account,

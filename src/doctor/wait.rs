@@ -106,7 +106,7 @@ pub async fn until_admission_works(
 
 /// `btp-manager check admission`: quiet unless `--verbose`; the error names the last answer.
 pub async fn run(args: crate::cli::CheckAdmissionArgs) -> anyhow::Result<()> {
-    let client = crate::manager::kubeconfig_client(args.kubeconfig.as_deref()).await?;
+    let client = crate::manager::kubeconfig_client(args.kubeconfig.as_deref(), "check admission").await?;
     let mut changes = Changes::default();
     until_admission_works(&client, args.wait.unwrap_or_default(), |elapsed, now| {
         if let Some(line) = changes.line(elapsed, now).filter(|_| args.verbose) {

@@ -45,22 +45,27 @@ pub fn manager_client(config: kube::Config) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(reconciler::cluster::client_config(config)).context("building the Kubernetes client")
 }
 
-/// A client for the commands that act on a cluster from outside it (`doctor`, `uninstall`): from
-/// `kubeconfig` when given, else the current kubeconfig or the in-cluster configuration.
-pub async fn kubeconfig_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    match kubeconfig {
+/// A client for the commands that act on a cluster from outside it (`doctor`, `check admission`,
+/// `uninstall`): from `kubeconfig` when given, else the current kubeconfig or the in-cluster configuration;
+/// its requests say `User-Agent: btp-manager/<version> (<command>)`.
+pub async fn kubeconfig_client(kubeconfig: Option<&std::path::Path>, command: &str) -> anyhow::Result<kube::Client> {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
-                .with_context(|| format!("using the kubeconfig {}", path.display()))?;
-            kube::Client::try_from(config).context("building the API client")
+                .with_context(|| format!("using the kubeconfig {}", path.display()))?
         }
-        None => kube::Client::try_default()
+        None => kube::Config::infer()
             .await
-            .context("connecting with the current kubeconfig (or in-cluster configuration)"),
+            .context("connecting with the current kubeconfig (or in-cluster configuration)")?,
+    };
+    // Who sent a request can be told from the API server's side (its audit log), as for the manager's own.
+    if let Ok(agent) = http::HeaderValue::from_str(&format!("btp-manager/{} ({command})", env!("CARGO_PKG_VERSION"))) {
+        config.headers.push((http::header::USER_AGENT, agent));
     }
+    kube::Client::try_from(config).context("building the API client")
 }
 
 /// A manager about to start: its options, the reconciler's context (the module resources and network

@@ -46,12 +46,17 @@ pub async fn manager_identity(client: &kube::Client) {
 /// operand's Pods name too, its ServiceAccount and RBAC), and a client configuration of that ServiceAccount
 /// (a token from the TokenRequest API, as a Pod's projected token), for the cluster `admin` reaches.
 pub async fn shipped_identity(client: &kube::Client, admin: &kube::Config) -> kube::Config {
+    let token = shipped_identity_token(client).await;
+    token_config(admin, &token).await
+}
+
+/// [`shipped_identity`]'s objects installed, and a token of its ServiceAccount.
+pub async fn shipped_identity_token(client: &kube::Client) -> String {
     let mut objects = deploy_objects("priority-class.yaml");
     objects.extend(deploy_objects("service-account.yaml"));
     objects.extend(deploy_objects("rbac.yaml"));
     apply(client, &objects).await;
-    let token = service_account_token(client, btp_api::names::KYMA_SYSTEM, SERVICE_ACCOUNT).await;
-    token_config(admin, &token).await
+    service_account_token(client, btp_api::names::KYMA_SYSTEM, SERVICE_ACCOUNT).await
 }
 
 /// A token of the ServiceAccount `namespace/name` (TokenRequest), valid for an hour.

@@ -18,6 +18,7 @@ pub mod operand;
 pub mod pod;
 pub mod proxy;
 pub mod replica;
+pub mod requests;
 pub mod shipped;
 pub mod token_endpoint;
 
@@ -639,6 +640,39 @@ async fn cleanup(client: &kube::Client, namespaces: &[String]) {
             .delete_collection(&DeleteParams::default(), &managed)
             .await
             .map(|_| ()));
+    }
+    // What a manager process of an earlier test registered for itself (its webhook configurations would
+    // refuse every BtpOperator once nothing serves them), its certificate and its Lease; an installed
+    // `deploy/` is uninstalled by `shipped::RealCluster::connect` instead.
+    for (group, kind, name) in [
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+            names::webhook::VALIDATING_CONFIGURATION,
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+            names::webhook::MUTATING_CONFIGURATION,
+        ),
+    ] {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
+        ok(Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .delete(name, &DeleteParams::default())
+            .await
+            .map(|_| ()));
+    }
+    for (group, kind, name) in [
+        ("", "Secret", names::webhook::CERT_SECRET_NAME),
+        ("coordination.k8s.io", "Lease", replica::LEASE),
+    ] {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
+        ok(
+            Api::<DynamicObject>::namespaced_with(client.clone(), names::KYMA_SYSTEM, &ar)
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        );
     }
     // `kyma-system` and the BtpOperator CRD are shared fixtures: never deleted here (on a real cluster
     // they take seconds to go, and the next test's creates would meanwhile be refused with 403

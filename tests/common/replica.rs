@@ -191,3 +191,109 @@ pub async fn cluster(name: &str) -> (RunningApiServer, kube::Client, PathBuf) {
     btp_apiserver::testing::spawn_deployment_controller(client.clone());
     (server, client, dir)
 }
+
+/// Where replicas run: the embedded server of [`cluster`], or the real cluster of `BTP_E2E_KUBECONFIG` prepared
+/// the same way (`kyma-system`, the BtpOperator CRD, the credentials Secret, and what runs Pods: the kubelet
+/// stand-in), the replicas authenticating as the shipped ServiceAccount (its token, `deploy/rbac.yaml`).
+pub struct ReplicaCluster {
+    pub client: kube::Client,
+    /// The kubeconfig the replicas use.
+    pub kubeconfig: PathBuf,
+    /// The test's own directory (logs, charts).
+    pub dir: PathBuf,
+    /// Who sent what: the embedded request log, or the real server's audit log.
+    pub requests: super::requests::Requests,
+    backend: ReplicaBackend,
+}
+
+enum ReplicaBackend {
+    Embedded(RunningApiServer),
+    Real {
+        cluster: Box<super::shipped::RealCluster>,
+        _kubelet: super::kubelet::Kubelet,
+    },
+}
+
+/// The cluster for a replicas test named `name`; None (saying why, as a skip) on a real cluster without its
+/// audit log (`BTP_E2E_AUDIT_LOG`), where who sent what cannot be told.
+pub async fn any_cluster(name: &str) -> Option<ReplicaCluster> {
+    if super::real_cluster().is_none() {
+        let (server, client, dir) = cluster(name).await;
+        return Some(ReplicaCluster {
+            client,
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+            requests: super::requests::Requests::Embedded(server.request_log()),
+            backend: ReplicaBackend::Embedded(server),
+        });
+    }
+    let Some(audit) = super::requests::audit_log() else {
+        super::skip("counts each replica's requests: needs the API server's audit log (BTP_E2E_AUDIT_LOG)");
+        return None;
+    };
+    let cluster = super::shipped::RealCluster::connect().await?;
+    let client = cluster.client.clone();
+    let dir = super::temp_dir(name);
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": names::KYMA_SYSTEM}})).expect("a Namespace");
+    super::ensure(&Api::<Namespace>::all(client.clone()), &ns).await;
+    super::ensure(
+        &Api::<CustomResourceDefinition>::all(client.clone()),
+        &BtpOperator::crd().expect("the CRD"),
+    )
+    .await;
+    let token = super::install::shipped_identity_token(&client).await;
+    std::fs::write(
+        dir.join("kubeconfig"),
+        super::install::token_kubeconfig(&cluster.config, &token),
+    )
+    .expect("the kubeconfig");
+    let mut secret = serde_json::json!({
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+    });
+    secret["stringData"] = super::credentials();
+    Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret).expect("a Secret"),
+        )
+        .await
+        .expect("the credentials Secret");
+    let kubelet = super::kubelet::Kubelet::start(
+        client.clone(),
+        &cluster.config,
+        super::kubelet::KubeletOptions::default(),
+    )
+    .await;
+    Some(ReplicaCluster {
+        client,
+        kubeconfig: dir.join("kubeconfig"),
+        dir,
+        requests: super::requests::Requests::audit(audit),
+        backend: ReplicaBackend::Real {
+            cluster: Box::new(cluster),
+            _kubelet: kubelet,
+        },
+    })
+}
+
+impl ReplicaCluster {
+    /// The embedded server (None on a real cluster).
+    pub fn embedded(&self) -> Option<&RunningApiServer> {
+        match &self.backend {
+            ReplicaBackend::Embedded(server) => Some(server),
+            ReplicaBackend::Real { .. } => None,
+        }
+    }
+
+    /// After the replicas are gone: on a real cluster, what they left (the CR, the operand, their webhook
+    /// registrations, certificate and Lease) is removed, as the harness does.
+    pub async fn finish(self) {
+        if let ReplicaBackend::Real { cluster, _kubelet } = self.backend {
+            super::cleanup(&cluster.client, &[]).await;
+            drop(_kubelet);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -128,6 +128,8 @@ pub async fn run_ok(kubeconfig: &Path, command: &[String]) -> Output {
 pub struct Shipped {
     pub kubelet: Kubelet,
     webhooks: ServiceProxy,
+    /// The token endpoint the credentials Secret names (see [`Shipped::create_secret_and_cr`]).
+    token_endpoint: Option<super::token_endpoint::StandIn>,
 }
 
 impl Shipped {
@@ -157,7 +159,11 @@ impl Shipped {
             names::webhook::SERVICE_NAME,
         )
         .await;
-        let shipped = Self { kubelet, webhooks };
+        let shipped = Self {
+            kubelet,
+            webhooks,
+            token_endpoint: None,
+        };
         for command in &blocks[1] {
             let out = run(&cluster.kubeconfig, command).await;
             assert!(
@@ -170,6 +176,43 @@ impl Shipped {
             );
         }
         shipped
+    }
+
+    /// The credentials Secret (labelled as the broker labels it) and `kyma-system/btpoperator`, each created
+    /// once, as docs/install.md's step 3 has them created. The shipped manager checks credentials (its default
+    /// interval), so the Secret's `tokenurl` names a token endpoint on loopback that accepts them, whose CA the
+    /// runtime ConfigMap `sap-btp-manager` trusts (`CredentialsCheckCABundle`): nothing leaves loopback.
+    pub async fn create_secret_and_cr(&mut self, client: &kube::Client) {
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+        use kube::api::{Api, PostParams};
+        let endpoint = super::token_endpoint::start().await;
+        let config: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM},
+            "data": {"CredentialsCheckCABundle": endpoint.ca_pem},
+        }))
+        .expect("a ConfigMap");
+        Api::<ConfigMap>::namespaced(client.clone(), names::KYMA_SYSTEM)
+            .create(&PostParams::default(), &config)
+            .await
+            .expect("the runtime ConfigMap");
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                         "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+            "stringData": super::token_endpoint::credentials_at(&endpoint, super::token_endpoint::SECRET),
+        }))
+        .expect("a Secret");
+        Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("the credentials Secret");
+        self.token_endpoint = Some(endpoint);
+        Api::<btp_api::BtpOperator>::namespaced(client.clone(), names::KYMA_SYSTEM)
+            .create(
+                &PostParams::default(),
+                &btp_api::BtpOperator::new(names::BTP_OPERATOR_NAME),
+            )
+            .await
+            .expect("the BtpOperator");
     }
 
     /// What the manager's containers logged, each under its Pod's name.

@@ -1,0 +1,105 @@
+//! The requests an API server answered, for tests that count who sent what: the embedded server's request log,
+//! or a real kube-apiserver's audit log (`BTP_E2E_AUDIT_LOG`: the file its `--audit-log-path` writes, JSON lines
+//! at level Metadata; `scripts/e2e-real` starts its servers with one). Both give the same records: verb,
+//! resource, namespace, name, the user, the `User-Agent` (which names the manager's replica) and the answer's
+//! code.
+#![allow(dead_code)]
+
+use btp_apiserver::testing::{RequestLog, RequestRecord};
+use std::path::PathBuf;
+
+/// The audit log of the real cluster under test, where the stage keeps one.
+pub fn audit_log() -> Option<PathBuf> {
+    std::env::var_os("BTP_E2E_AUDIT_LOG")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Where the requests are read from.
+#[derive(Clone)]
+pub enum Requests {
+    Embedded(RequestLog),
+    /// The audit log, and how many of its records came before this test began (they are not this test's).
+    Audit {
+        path: PathBuf,
+        start: usize,
+    },
+}
+
+impl Requests {
+    /// The audit log from its current end on.
+    pub fn audit(path: PathBuf) -> Self {
+        let start = read_audit(&path).len();
+        Self::Audit { path, start }
+    }
+
+    /// How many records there are (since this test began).
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Embedded(log) => log.len(),
+            Self::Audit { path, start } => read_audit(path).len().saturating_sub(*start),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The records after the first `skip` (counted as [`Requests::len`] counts).
+    pub fn since(&self, skip: usize) -> Vec<RequestRecord> {
+        match self {
+            Self::Embedded(log) => log.since(skip),
+            Self::Audit { path, start } => read_audit(path).into_iter().skip(start + skip).collect(),
+        }
+    }
+}
+
+/// Every completed request of the audit log, in the order the server finished them. A line that is not a
+/// complete event (the server may be writing it) ends the read.
+fn read_audit(path: &std::path::Path) -> Vec<RequestRecord> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            break;
+        };
+        if event["stage"] != "ResponseComplete" {
+            continue;
+        }
+        out.push(record(&event));
+    }
+    out
+}
+
+/// An audit event as the embedded server's record of the same request.
+fn record(event: &serde_json::Value) -> RequestRecord {
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let verb = s(&event["verb"]);
+    let method = match verb.as_str() {
+        "create" => "POST",
+        "update" => "PUT",
+        "patch" => "PATCH",
+        "delete" | "deletecollection" => "DELETE",
+        _ => "GET",
+    };
+    let uri = s(&event["requestURI"]);
+    let (path, query) = uri.split_once('?').unwrap_or((uri.as_str(), ""));
+    let object = &event["objectRef"];
+    let code = event["responseStatus"]["code"].as_u64().unwrap_or_default();
+    RequestRecord {
+        method: method.to_string(),
+        verb: verb.clone(),
+        path: path.to_string(),
+        query: query.to_string(),
+        group: s(&object["apiGroup"]),
+        resource: s(&object["resource"]),
+        subresource: s(&object["subresource"]),
+        namespace: s(&object["namespace"]),
+        name: s(&object["name"]),
+        user: s(&event["user"]["username"]),
+        user_agent: s(&event["userAgent"]),
+        code: u16::try_from(code).unwrap_or(u16::MAX),
+        // The audit log does not say whether a write changed the object: a successful write counts as one.
+        changed: method != "GET" && code < 300,
+    }
+}

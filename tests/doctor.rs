@@ -1,4 +1,5 @@
-//! `btp-manager doctor` against the embedded API server, with RBAC enforced: a cluster installed as `deploy/`
+//! `btp-manager doctor` against the embedded API server, with RBAC enforced, or against the real cluster of
+//! `BTP_E2E_KUBECONFIG` (the manager then runs as the Pods of `deploy/`): a cluster installed as `deploy/`
 //! ships it, with the manager running (as `run --leader-elect` does, authenticated as its ServiceAccount),
 //! passes clean; each problem induced (a missing grant, an unlabelled Secret, no leader, a wiped caBundle, an
 //! expired certificate, an old Kubernetes) is reported on its line with what to do; and doctor writes nothing
@@ -34,8 +35,8 @@ struct Cluster {
 
 enum Backend {
     Embedded {
-        server: RunningApiServer,
-        manager: Option<(manager::Manager, watch::Sender<bool>)>,
+        server: Box<RunningApiServer>,
+        manager: Option<Box<(manager::Manager, watch::Sender<bool>)>>,
         _workloads: tokio::task::JoinHandle<()>,
     },
     Real {
@@ -87,7 +88,7 @@ impl Cluster {
             admin,
             doctor,
             backend: Backend::Embedded {
-                server,
+                server: Box::new(server),
                 manager: None,
                 _workloads: workloads,
             },
@@ -111,7 +112,7 @@ impl Cluster {
     /// The embedded server (None on a real cluster).
     fn server(&self) -> Option<&RunningApiServer> {
         match &self.backend {
-            Backend::Embedded { server, .. } => Some(server),
+            Backend::Embedded { server, .. } => Some(&**server),
             Backend::Real { .. } => None,
         }
     }
@@ -119,7 +120,7 @@ impl Cluster {
     /// Start the manager (on a real cluster: its Deployment scaled back to two replicas, rolled out).
     async fn start_manager(&mut self) {
         match &mut self.backend {
-            Backend::Embedded { server, manager, .. } => *manager = Some(start_manager(server).await),
+            Backend::Embedded { server, manager, .. } => *manager = Some(Box::new(start_manager(server).await)),
             Backend::Real { cluster, .. } => {
                 let deployment = format!("deployment/{}", common::shipped::DEPLOYMENT);
                 for command in [
@@ -149,7 +150,7 @@ impl Cluster {
     async fn stop_manager(&mut self) {
         match &mut self.backend {
             Backend::Embedded { manager, .. } => {
-                if let Some((manager, term)) = manager.take() {
+                if let Some((manager, term)) = manager.take().map(|m| *m) {
                     let _ = term.send(true);
                     manager.shut_down().await.expect("a graceful shutdown");
                 }

@@ -87,6 +87,8 @@ pub struct ManagerBuilder {
     leading: Option<watch::Sender<bool>>,
     /// The same, for the webhook certificate keeper.
     leads: watch::Receiver<bool>,
+    /// `btpmanager_leader_election_conflicts_total`.
+    lease_conflicts: prometheus_client::metrics::counter::Counter,
 }
 
 impl ManagerBuilder {
@@ -103,6 +105,7 @@ impl ManagerBuilder {
         let webhook_metrics = WebhookMetrics::register(&mut registry);
         let metrics = ReconcileMetrics::register(&mut registry);
         let requests = RestMetrics::register(&mut registry);
+        let lease_conflicts = lease::register_conflicts(&mut registry);
         let identity = leader::process_identity();
         let fence = match options.leader_election {
             Some(_) => Fence::shut(),
@@ -129,6 +132,7 @@ impl ManagerBuilder {
             fence,
             leading: Some(leading),
             leads,
+            lease_conflicts,
         })
     }
 
@@ -167,6 +171,7 @@ impl ManagerBuilder {
             identity: self.identity.clone(),
             lease_duration,
             fence: self.fence.clone(),
+            conflicts: self.lease_conflicts.clone(),
         };
         // The Lease must be readable (and creatable) before we say we started.
         election.prepare().await.context("preparing leader election")?;

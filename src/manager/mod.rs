@@ -120,7 +120,8 @@ impl ManagerBuilder {
             options.rbac_proxy_image.clone(),
             metrics,
             fence.clone(),
-        );
+        )
+        .with_watch_failing_limit(options.leader_election.unwrap_or(DEFAULT_LEASE_DURATION));
         let (leading, leads) = watch::channel(options.leader_election.is_none());
         Ok(Self {
             client,

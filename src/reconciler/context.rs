@@ -35,6 +35,9 @@ pub struct Context {
     pub metrics: ReconcileMetrics,
     /// The right to write (docs/behaviour.md#leader-election): a pass begins only while it holds.
     pub fence: crate::fence::Fence,
+    /// How long a store's watch may keep failing before the store answers nothing until it has listed again
+    /// (docs/behaviour.md#the-read-path): one Lease duration.
+    pub watch_failing_limit: Duration,
     events: super::events::Events,
     /// This term's state.
     term: RwLock<Arc<Term>>,
@@ -98,9 +101,17 @@ impl Context {
             rbac_proxy_image,
             metrics,
             fence,
+            watch_failing_limit: crate::manager::DEFAULT_LEASE_DURATION,
             events,
             term: RwLock::new(Arc::new(term)),
         }
+    }
+
+    /// The same context, with a store's watch failing for `limit` (the Lease duration) making it answer
+    /// nothing until it has listed again.
+    pub fn with_watch_failing_limit(mut self, limit: Duration) -> Self {
+        self.watch_failing_limit = limit;
+        self
     }
 
     fn term(&self) -> Arc<Term> {

@@ -216,7 +216,7 @@ impl ManagerBuilder {
             ready: ready.clone(),
             live: live.clone(),
         };
-        let (webhook_addr, webhooks) = webhooks::start(&options.webhooks, wiring, &stop_rx).await?;
+        let (webhook_addr, webhooks) = webhooks::start(&options.webhooks, wiring, (&term, &stop_rx)).await?;
         // A task that ends before the shutdown fails `/healthz` (a panic, a server that stopped serving).
         let mut reconciler = reconciler;
         live.watch("the reconciler", task_alive(reconciler.handle(), &term));

@@ -42,6 +42,10 @@ const GRACE_PERIOD: Duration = Duration::from_secs(30);
 /// The drain delay as shipped (`--shutdown-drain-delay`'s default).
 const SHIPPED_DRAIN: Duration = Duration::from_secs(5);
 
+/// One test at a time: their deadlines are a Lease's fractions (1.3 s of margin with a 4 s Lease), and four
+/// manager processes side by side on two cores would eat into them.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn lease_duration() -> Duration {
     let seconds = std::env::var("BTP_PARTITION_LEASE_SECONDS")
         .ok()
@@ -140,6 +144,7 @@ async fn a_leads_through_the_partition(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_leader_stops_leading_within_its_lease_and_its_follower_takes_over() {
+    let _serial = SERIAL.lock().await;
     if not_on_a_real_cluster("it reads the embedded API server's request log for the cut-off replica's writes") {
         return;
     }
@@ -230,6 +235,7 @@ async fn a_cut_off_leader_stops_leading_within_its_lease_and_its_follower_takes_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigterm_during_a_partition_ends_the_cut_off_leader_within_the_grace_period() {
+    let _serial = SERIAL.lock().await;
     if not_on_a_real_cluster("the harness that runs the manager beside a real cluster is not wired for it yet") {
         return;
     }
@@ -260,6 +266,7 @@ async fn a_sigterm_during_a_partition_ends_the_cut_off_leader_within_the_grace_p
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lasting_422_on_the_lease_is_retried_at_a_few_requests_a_second() {
+    let _serial = SERIAL.lock().await;
     if not_on_a_real_cluster("needs an admission policy refusing the manager's Lease writes (not set up yet)") {
         return;
     }
@@ -309,6 +316,7 @@ async fn a_lasting_422_on_the_lease_is_retried_at_a_few_requests_a_second() {
 
 #[tokio::test]
 async fn a_store_whose_watch_turns_403_reads_from_the_server_and_restores_a_deleted_object() {
+    let _serial = SERIAL.lock().await;
     if not_on_a_real_cluster(
         "needs the manager's own identity losing list and watch on ConfigMaps (RBAC), not set up yet",
     ) {
@@ -470,6 +478,7 @@ async fn abandoned_write(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_window_a_write_has_after_its_right_ends() {
+    let _serial = SERIAL.lock().await;
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::Namespace;
     use std::sync::atomic::AtomicUsize;

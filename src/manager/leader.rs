@@ -101,6 +101,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_reconcilers_default_watch_limit_is_the_default_lease() {
+        assert_eq!(
+            crate::reconciler::context::DEFAULT_WATCH_FAILING_LIMIT,
+            DEFAULT_LEASE_DURATION
+        );
+    }
+
+    #[test]
     fn the_identity_is_the_pod_name_and_sixteen_hex_digits() {
         assert_eq!(identity("btp-manager-abc", 0xbeef), "btp-manager-abc_000000000000beef");
         assert_eq!(identity("p", u64::MAX), "p_ffffffffffffffff");

@@ -17,6 +17,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// How long a store's watch may keep failing before the store answers nothing until it has listed again,
+/// unless the manager says otherwise ([`Context::with_watch_failing_limit`]): the default Lease duration
+/// (15 s; `manager::DEFAULT_LEASE_DURATION`, which this module does not import).
+pub const DEFAULT_WATCH_FAILING_LIMIT: Duration = Duration::from_secs(15);
+
 /// Shared state of the controller. What belongs to one leadership term (one run of
 /// [`super::controller::run`]) is kept apart, in [`Term`], and starts fresh with each run
 /// ([`Context::begin_term`]); the rest (client, flags, the manifests they name, metrics) lives as long as
@@ -101,7 +106,7 @@ impl Context {
             rbac_proxy_image,
             metrics,
             fence,
-            watch_failing_limit: crate::manager::DEFAULT_LEASE_DURATION,
+            watch_failing_limit: DEFAULT_WATCH_FAILING_LIMIT,
             events,
             term: RwLock::new(Arc::new(term)),
         }

@@ -364,7 +364,8 @@ impl WebhookCerts {
             let mut lost = leading.clone();
             let wait = tokio::select! {
                 () = &mut shutdown => return,
-                _ = lost.wait_for(|l| !*l), if leads => Duration::ZERO,
+                // (A closed channel keeps its last value: no change to follow.)
+                Ok(_) = lost.wait_for(|l| !*l), if leads => Duration::ZERO,
                 wait = round => wait,
             };
             tokio::select! {

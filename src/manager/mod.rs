@@ -87,6 +87,8 @@ pub struct ManagerBuilder {
     leading: Option<watch::Sender<bool>>,
     /// The same, for the webhook certificate keeper.
     leads: watch::Receiver<bool>,
+    /// `btpmanager_leader_election_conflicts_total`.
+    lease_conflicts: prometheus_client::metrics::counter::Counter,
 }
 
 impl ManagerBuilder {
@@ -103,6 +105,7 @@ impl ManagerBuilder {
         let webhook_metrics = WebhookMetrics::register(&mut registry);
         let metrics = ReconcileMetrics::register(&mut registry);
         let requests = RestMetrics::register(&mut registry);
+        let lease_conflicts = lease::register_conflicts(&mut registry);
         let identity = leader::process_identity();
         let fence = match options.leader_election {
             Some(_) => Fence::shut(),
@@ -117,7 +120,8 @@ impl ManagerBuilder {
             options.rbac_proxy_image.clone(),
             metrics,
             fence.clone(),
-        );
+        )
+        .with_watch_failing_limit(options.leader_election.unwrap_or(DEFAULT_LEASE_DURATION));
         let (leading, leads) = watch::channel(options.leader_election.is_none());
         Ok(Self {
             client,
@@ -129,6 +133,7 @@ impl ManagerBuilder {
             fence,
             leading: Some(leading),
             leads,
+            lease_conflicts,
         })
     }
 
@@ -167,6 +172,7 @@ impl ManagerBuilder {
             identity: self.identity.clone(),
             lease_duration,
             fence: self.fence.clone(),
+            conflicts: self.lease_conflicts.clone(),
         };
         // The Lease must be readable (and creatable) before we say we started.
         election.prepare().await.context("preparing leader election")?;
@@ -210,7 +216,7 @@ impl ManagerBuilder {
             ready: ready.clone(),
             live: live.clone(),
         };
-        let (webhook_addr, webhooks) = webhooks::start(&options.webhooks, wiring, &stop_rx).await?;
+        let (webhook_addr, webhooks) = webhooks::start(&options.webhooks, wiring, (&term, &stop_rx)).await?;
         // A task that ends before the shutdown fails `/healthz` (a panic, a server that stopped serving).
         let mut reconciler = reconciler;
         live.watch("the reconciler", task_alive(reconciler.handle(), &term));

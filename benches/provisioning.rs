@@ -14,9 +14,17 @@
 //!
 //! Run: `cargo bench -p btp-manager --bench provisioning`. With `BTP_BENCH_SUMMARY` set, the figures are
 //! also appended to that file for `scripts/bench`'s table.
+//!
+//! `BTP_BENCH_MODE=real` runs instead CR to Ready on real API servers of `../shared/realk8s`, a fresh server
+//! per round, the manager with `run`'s options from `deploy/deployment.yaml` (`support/real_provisioning.rs`,
+//! its knobs in `support/realk8s.rs`); where there is no realk8s it says so and reports that it did not run.
 
 #[path = "support/metrics.rs"]
 mod metrics;
+#[path = "support/real_provisioning.rs"]
+mod real;
+#[path = "support/realk8s.rs"]
+mod realk8s;
 #[path = "support/summary.rs"]
 mod summary;
 #[path = "support/timeline.rs"]
@@ -142,62 +150,68 @@ async fn setup(config: Config, latency: Latency) -> Setup {
 /// with the API server: as shipped, the mutating webhook puts the finalizer on a new CR), without leader
 /// election, and wait until its watches are established (so that a CR created next is seen at once).
 async fn start_manager(server: &btp_apiserver::RunningApiServer, config: Config) -> Manager {
-    let timeline = timeline::Timeline::default();
     // The admin's identity: the embedded server enforces RBAC for every other user.
-    let client = timeline.client(server.kube_config());
-    let (term, term_rx) = tokio::sync::watch::channel(false);
-    let running = ManagerBuilder::new(client, Options::in_process(config, "example.test/operator:v1"))
-        .expect("the manager's options")
-        .start(term_rx)
-        .await
-        .expect("the manager starts");
-    let ctx = running.ctx.clone();
-    let watching = |resource: &str| timeline.watching(&format!("/{resource}"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let view_ready = || ctx.view().is_some_and(|v| v.ready());
-    while !(watching("btpoperators") && view_ready()) {
-        assert!(Instant::now() < deadline, "the manager's watches did not start");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    // Its webhooks registered, at its own address (a CR created before would go through none of them, or
-    // through a configuration left by the manager before it).
-    let at = format!(":{}/", running.webhook_addr.port());
-    let admin = server.client().await;
-    loop {
-        let mutating = Api::<MutatingWebhookConfiguration>::all(admin.clone())
-            .get_opt(names::webhook::MUTATING_CONFIGURATION)
-            .await
-            .expect("read the mutating webhook configuration");
-        let validating = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
-            .get_opt(names::webhook::VALIDATING_CONFIGURATION)
-            .await
-            .expect("read the validating webhook configuration");
-        let points_here = |v: Option<serde_json::Value>| {
-            v.and_then(|v| {
-                v["webhooks"][0]["clientConfig"]["url"]
-                    .as_str()
-                    .map(|u| u.contains(&at))
-            })
-            .unwrap_or(false)
-        };
-        if points_here(mutating.and_then(|m| serde_json::to_value(m).ok()))
-            && points_here(validating.and_then(|v| serde_json::to_value(v).ok()))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the manager's webhooks were not registered");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    Manager {
-        ctx,
-        metrics: running.metrics_addr,
-        timeline,
-        term,
-        running,
-    }
+    let options = Options::in_process(config, "example.test/operator:v1");
+    Manager::start(server.kube_config(), options, &server.client().await).await
 }
 
 impl Manager {
+    /// A manager with `options`, a client of `config` (without kube's own retries, as `run`'s), its requests
+    /// timed; returns once its watches run and its webhook configurations name its address (read by `admin`).
+    async fn start(config: kube::Config, options: Options, admin: &kube::Client) -> Manager {
+        let timeline = timeline::Timeline::default();
+        let client = timeline.client(btp_manager::reconciler::cluster::client_config(config));
+        let (term, term_rx) = tokio::sync::watch::channel(false);
+        let running = ManagerBuilder::new(client, options)
+            .expect("the manager's options")
+            .start(term_rx)
+            .await
+            .expect("the manager starts");
+        let ctx = running.ctx.clone();
+        let watching = |resource: &str| timeline.watching(&format!("/{resource}"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let view_ready = || ctx.view().is_some_and(|v| v.ready());
+        while !(watching("btpoperators") && view_ready()) {
+            assert!(Instant::now() < deadline, "the manager's watches did not start");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // Its webhooks registered, at its own address (a CR created before would go through none of them, or
+        // through a configuration left by the manager before it).
+        let at = format!(":{}/", running.webhook_addr.port());
+        loop {
+            let mutating = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+                .get_opt(names::webhook::MUTATING_CONFIGURATION)
+                .await
+                .expect("read the mutating webhook configuration");
+            let validating = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+                .get_opt(names::webhook::VALIDATING_CONFIGURATION)
+                .await
+                .expect("read the validating webhook configuration");
+            let points_here = |v: Option<serde_json::Value>| {
+                v.and_then(|v| {
+                    v["webhooks"][0]["clientConfig"]["url"]
+                        .as_str()
+                        .map(|u| u.contains(&at))
+                })
+                .unwrap_or(false)
+            };
+            if points_here(mutating.and_then(|m| serde_json::to_value(m).ok()))
+                && points_here(validating.and_then(|v| serde_json::to_value(v).ok()))
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the manager's webhooks were not registered");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Manager {
+            ctx,
+            metrics: running.metrics_addr,
+            timeline,
+            term,
+            running,
+        }
+    }
+
     async fn stop(self) {
         let _ = self.term.send(true);
         self.running.shut_down().await.expect("the manager shuts down");
@@ -216,7 +230,17 @@ struct Run {
 
 /// Create the CR and return the time until a watch sees it Ready, with the manager's requests meanwhile.
 async fn create_until_ready(s: &Setup) -> Run {
-    let crs: Api<BtpOperator> = Api::namespaced(s.client.clone(), names::KYMA_SYSTEM);
+    create_until_ready_with(&s.client, &s.manager, &[]).await
+}
+
+/// [`create_until_ready`] through `client`; `others` are the requests of other clients (name, timeline) that
+/// the trace shows beside the manager's (they count in no figure).
+async fn create_until_ready_with(
+    client: &kube::Client,
+    manager: &Manager,
+    others: &[(&str, &timeline::Timeline)],
+) -> Run {
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
     let mut events = watcher(
         crs.clone(),
         watcher::Config::default().fields("metadata.name=btpoperator"),
@@ -227,25 +251,81 @@ async fn create_until_ready(s: &Setup) -> Run {
     crs.create(&PostParams::default(), &BtpOperator::new(names::BTP_OPERATOR_NAME))
         .await
         .expect("create CR");
+    let created = started.elapsed();
+    // What the bench's watch saw, and when (for the trace).
+    let mut seen: Vec<(Instant, String)> = Vec::new();
     while let Some(Ok(cr)) = events.next().await {
+        seen.push((
+            Instant::now(),
+            match &cr.status {
+                None => "no status".to_string(),
+                Some(st) => st
+                    .conditions
+                    .iter()
+                    .map(|c| format!("{} {:?} {}", c.type_, c.status, c.reason))
+                    .fold(format!("{:?}:", st.state), |line, c| format!("{line} [{c}]")),
+            },
+        ));
         if cr.status.is_some_and(|st| st.state == State::Ready) {
             let elapsed = started.elapsed();
-            let spans = s.manager.timeline.between(started, started + elapsed);
-            let module_paths = module_paths(&s.manager.ctx);
+            let spans = manager.timeline.between(started, started + elapsed);
+            let module_paths = module_paths(&manager.ctx);
             let apply: Vec<timeline::Span> = spans
                 .iter()
                 .filter(|sp| module_paths.iter().any(|p| sp.what.ends_with(p.as_str())))
                 .cloned()
                 .collect();
             if std::env::var_os("BTP_BENCH_TRACE").is_some() {
-                // What the manager sent, relative to the CR's creation (for finding where a pass waits).
-                let mut spans = spans.clone();
-                spans.sort_by_key(|sp| sp.start);
-                for sp in &spans {
-                    let at = |t: Instant| (t - started).as_secs_f64() * 1e3;
-                    println!("  {:7.1} {:7.1} ms  {}", at(sp.start), at(sp.end), sp.what);
+                // What the manager sent, relative to the CR's creation (for finding where a pass waits), with
+                // the requests sent before Ready and answered after it (marked `*`; they count in no figure).
+                let ready_at = started + elapsed;
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while !manager.timeline.answered_before(ready_at) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-                println!("  {:7.1} ms  Ready", elapsed.as_secs_f64() * 1e3);
+                let mut lines: Vec<(String, timeline::Span)> = manager
+                    .timeline
+                    .between(started, ready_at + Duration::from_secs(2))
+                    .into_iter()
+                    .filter(|sp| sp.start <= ready_at)
+                    .map(|sp| (String::new(), sp))
+                    .collect();
+                let watched = seen.iter().map(|(t, what)| {
+                    let at = *t;
+                    (
+                        "[bench's watch] ".to_string(),
+                        timeline::Span {
+                            start: at,
+                            end: at,
+                            what: what.clone(),
+                        },
+                    )
+                });
+                lines.extend(watched);
+                for (who, other) in others {
+                    lines.extend(
+                        other
+                            .between(started, ready_at + Duration::from_secs(2))
+                            .into_iter()
+                            .filter(|sp| sp.start <= ready_at)
+                            .map(|sp| (format!("[{who}] "), sp)),
+                    );
+                }
+                lines.sort_by_key(|(_, sp)| sp.start);
+                let at = |t: Instant| (t - started).as_secs_f64() * 1e3;
+                println!(
+                    "  {:7.1} {:7.1} ms  [bench] POST the CR (through the admission webhooks)",
+                    0.0,
+                    created.as_secs_f64() * 1e3
+                );
+                for (who, sp) in &lines {
+                    let late = if sp.end > ready_at { "*" } else { " " };
+                    println!("  {:7.1} {:7.1}{late}ms  {who}{}", at(sp.start), at(sp.end), sp.what);
+                }
+                println!(
+                    "  {:7.1} ms  Ready (seen by the bench's watch)",
+                    elapsed.as_secs_f64() * 1e3
+                );
             }
             return Run {
                 elapsed,
@@ -402,17 +482,33 @@ async fn wait_reconciles(ctx: &Context, at_least: u64) {
     }
 }
 
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The machine's load average (1, 5 and 15 minutes), for the lines that print a figure.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn main() -> ExitCode {
-    let mut summary = summary::Summary::from_env("provisioning (embedded API server, manager in-process)");
-    let iters: usize = std::env::var("BTP_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(15);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
+    if std::env::var("BTP_BENCH_MODE").is_ok_and(|m| m == "real") {
+        let mut summary = summary::Summary::from_env("provisioning (real API server, manager in-process)");
+        if let Err(e) = rt.block_on(real::run(&mut summary)) {
+            eprintln!("provisioning/real API server: {e}");
+            return ExitCode::FAILURE;
+        }
+        return summary.exit_code();
+    }
+    let mut summary = summary::Summary::from_env("provisioning (embedded API server, manager in-process)");
+    let iters = env_usize("BTP_BENCH_ITERS", 15);
     rt.block_on(async {
         // 1. CR creation to Ready, cold and warm, without and with a real server's round trip.
         let warm_iters = iters.clamp(1, 10);

@@ -24,6 +24,9 @@ pub struct Timeline {
     spans: Arc<Mutex<Vec<Span>>>,
     /// Watches whose answer has begun (`METHOD path`).
     watches: Arc<Mutex<Vec<String>>>,
+    /// When each request still waiting for its answer was sent (by a number of its own).
+    in_flight: Arc<Mutex<std::collections::BTreeMap<u64, Instant>>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Timeline {
@@ -31,6 +34,11 @@ impl Timeline {
     pub fn between(&self, from: Instant, to: Instant) -> Vec<Span> {
         let spans = self.spans.lock().map(|s| s.clone()).unwrap_or_default();
         spans.into_iter().filter(|s| s.start >= from && s.end <= to).collect()
+    }
+
+    /// Whether every request sent before `t` has been answered (watches aside).
+    pub fn answered_before(&self, t: Instant) -> bool {
+        self.in_flight.lock().is_ok_and(|f| f.values().all(|&start| start >= t))
     }
 
     /// Whether a watch whose path contains `fragment` has been answered (is established).
@@ -97,10 +105,19 @@ where
         let watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
         let what = format!("{} {}", req.method(), req.uri().path());
         let start = Instant::now();
+        let id = self.timeline.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !watch {
+            if let Ok(mut f) = self.timeline.in_flight.lock() {
+                f.insert(id, start);
+            }
+        }
         let answer = self.inner.call(req);
         let timeline = self.timeline.clone();
         Box::pin(async move {
             let result = answer.await;
+            if let Ok(mut f) = timeline.in_flight.lock() {
+                f.remove(&id);
+            }
             if watch {
                 if let Ok(mut watches) = timeline.watches.lock() {
                     watches.push(what);

@@ -1,0 +1,308 @@
+//! The provisioning benchmark's real-server mode (`BTP_BENCH_MODE=real`): CR to Ready on real API servers of
+//! `../shared/realk8s` ([`super::realk8s`]), a fresh control plane per round.
+//!
+//! Each round: a fresh server; what `kubectl apply -k deploy/namespace` and `kubectl apply -k deploy/` install
+//! for the manager (the namespace, the CRD, the PriorityClass, the ServiceAccount and RBAC; not the manager's
+//! Pods, Services and webhook configurations: the manager runs in this process and registers its webhooks
+//! itself, by URL on loopback, as `run` does outside a cluster); the credentials Secret (its `tokenurl` a
+//! stand-in token endpoint on loopback, whose CA the manager is given as `CredentialsCheckCABundle`, so that
+//! nothing leaves the machine). The manager runs in-process with the options `btp-manager run` builds from
+//! `deploy/deployment.yaml`'s arguments (`--leader-elect` among them) and a loopback address for each
+//! listener, as a client of the shipped ServiceAccount (a token from the TokenRequest API). A watch plays a
+//! fast Deployment controller (the server runs without its own): it marks every Deployment Available as soon
+//! as it changes. Before each CR, the install's documented wait: `btp-manager check admission --wait`'s
+//! probe until the manager's webhook refuses it through the API server.
+//!
+//! Cold: the first CR on the fresh server, to Ready. Warm (`BTP_BENCH_REAL_WARM` per server, default 3): the
+//! CR deleted while no manager ran (so the operand stayed), a freshly started manager, a new CR, to Ready.
+//! `BTP_BENCH_REAL_ROUNDS` servers (default 5).
+
+use super::{create_until_ready_with, figures, ms, Manager, Run};
+use crate::realk8s::RealK8s;
+use crate::summary::Summary;
+use crate::timeline::Timeline;
+use btp_api::names;
+use btp_manager::credentials_check::stand_in::StandIn;
+use btp_manager::manager::Options;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use std::time::{Duration, Instant};
+
+const CLIENT_ID: &str = "bench-client";
+const CLIENT_SECRET: &str = "bench-secret";
+
+/// Every object of `deploy/<file>`.
+fn deploy_objects(file: &str) -> Vec<serde_json::Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `btp-manager run` with the arguments and the operand image of `deploy/deployment.yaml`, every listener
+/// on a free loopback port, as the manager's own CLI parses them.
+fn shipped_options(token_endpoint_ca: &str) -> Options {
+    use clap::Parser as _;
+    let deployment = deploy_objects("deployment.yaml")
+        .into_iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("deploy/deployment.yaml holds the Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("the manager's args")
+        .iter()
+        .filter_map(|a| a.as_str().map(String::from))
+        .collect();
+    let image = container["env"]
+        .as_array()
+        .and_then(|env| env.iter().find(|e| e["name"] == "SAP_BTP_SERVICE_OPERATOR"))
+        .and_then(|e| e["value"].as_str())
+        .expect("the operand image in deploy/deployment.yaml");
+    let mut argv = vec!["btp-manager".to_string()];
+    argv.extend(args);
+    for flag in [
+        "--webhook-bind-address",
+        "--metrics-bind-address",
+        "--health-probe-bind-address",
+    ] {
+        argv.push(format!("{flag}=127.0.0.1:0"));
+    }
+    argv.push(format!("--operand-image={image}"));
+    let cli = btp_manager::cli::Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let btp_manager::cli::Command::Run(args) = cli.command else {
+        panic!("deploy/deployment.yaml's args are not `run`: {argv:?}");
+    };
+    let mut options = Options::run(&args);
+    // What `CredentialsCheckCABundle` in the runtime ConfigMap would say: the stand-in's CA.
+    options.config.credentials_check_ca_bundle = token_endpoint_ca.to_string();
+    options
+}
+
+/// A token of the shipped ServiceAccount (TokenRequest, an hour), and a client configuration with it.
+async fn manager_config(admin: &kube::Client, admin_config: &kube::Config) -> kube::Config {
+    let request = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": [], "expirationSeconds": 3600},
+    });
+    let answer: serde_json::Value = Api::<ServiceAccount>::namespaced(admin.clone(), names::KYMA_SYSTEM)
+        .create_subresource(
+            "token",
+            "btp-manager-controller-manager",
+            &PostParams::default(),
+            &request,
+        )
+        .await
+        .expect("a token of the manager's ServiceAccount");
+    let token = answer["status"]["token"].as_str().expect("a token").to_string();
+    let mut config = admin_config.clone();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    config
+}
+
+/// What the install puts on a fresh server before the manager starts (see the module's comment).
+async fn install(admin: &kube::Client, token_endpoint: &StandIn) {
+    let mut objects = deploy_objects("namespace/namespace.yaml");
+    for file in ["crd.yaml", "priority-class.yaml", "service-account.yaml", "rbac.yaml"] {
+        objects.extend(deploy_objects(file));
+    }
+    btp_manager::shipped::apply(admin, &objects, "kubectl")
+        .await
+        .unwrap_or_else(|e| panic!("installing deploy/: {e}"));
+    // The CRD established (as `kubectl rollout status` of the manager would find it long after).
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let crd = crds
+            .get(&format!("btpoperators.{}", names::GROUP))
+            .await
+            .expect("the CRD");
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the BtpOperator CRD was not established");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
+        "stringData": {"clientid": CLIENT_ID, "clientsecret": CLIENT_SECRET, "sm_url": "https://sm.example.com",
+                       "tokenurl": token_endpoint.url, "cluster_id": "cluster-1"}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(admin.clone(), names::KYMA_SYSTEM)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the credentials Secret");
+}
+
+/// The install's documented wait (`btp-manager check admission --wait`): the manager's webhook refuses a
+/// misnamed BtpOperator through the API server.
+async fn admission_works(admin: &kube::Client) {
+    btp_manager::doctor::wait::until_admission_works(admin, Duration::from_secs(60), |_, _| {})
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A CR deleted while no manager runs: the manager stopped (its webhook configurations removed, they would
+/// refuse the delete), the finalizer removed, the CR deleted; the operand stays.
+async fn delete_without_manager(admin: &kube::Client, manager: Manager) {
+    manager.stop().await;
+    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .delete(names::webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
+        .await
+        .expect("remove the validating webhook configuration");
+    Api::<MutatingWebhookConfiguration>::all(admin.clone())
+        .delete(names::webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
+        .await
+        .expect("remove the mutating webhook configuration");
+    let crs: Api<btp_api::BtpOperator> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("remove the finalizer");
+    crs.delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
+        .await
+        .expect("delete the CR");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crs
+        .get_opt(names::BTP_OPERATOR_NAME)
+        .await
+        .expect("read the CR")
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "the CR was not deleted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// One fresh server: its cold run and `warm` warm runs.
+async fn round(k8s: &RealK8s, warm: usize) -> Result<(Run, Vec<Run>), String> {
+    let up = k8s.fresh()?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&up.kubeconfig).map_err(|e| e.to_string())?;
+    let admin_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let admin = kube::Client::try_from(admin_config.clone()).map_err(|e| e.to_string())?;
+    let token_endpoint = StandIn::start(CLIENT_ID, CLIENT_SECRET)
+        .await
+        .map_err(|e| format!("the stand-in token endpoint: {e}"))?;
+    install(&admin, &token_endpoint).await;
+    let config = manager_config(&admin, &admin_config).await;
+    // The fast Deployment controller, its requests timed for the trace.
+    let controller = Timeline::default();
+    let stand_in = btp_apiserver::testing::spawn_deployment_controller(controller.client(admin_config.clone()));
+    let client = admin.clone();
+    let others = [("deployment controller", &controller)];
+
+    let start = || async {
+        let manager = Manager::start(config.clone(), shipped_options(&token_endpoint.ca_pem), &admin).await;
+        admission_works(&admin).await;
+        manager
+    };
+    let mut manager = start().await;
+    let trace = std::env::var_os("BTP_BENCH_TRACE").is_some();
+    if trace {
+        println!("cold, on a fresh server:");
+    }
+    let cold = create_until_ready_with(&client, &manager, &others).await;
+    let mut warms = Vec::new();
+    for i in 0..warm {
+        delete_without_manager(&admin, manager).await;
+        manager = start().await;
+        if trace {
+            println!("warm {}:", i + 1);
+        }
+        warms.push(create_until_ready_with(&client, &manager, &others).await);
+    }
+    manager.stop().await;
+    stand_in.abort();
+    drop(up);
+    Ok((cold, warms))
+}
+
+/// The real-server mode: its lines, and its rows in `summary`.
+pub async fn run(summary: &mut Summary) -> Result<(), String> {
+    let k8s = match RealK8s::from_env() {
+        Ok(k8s) => k8s,
+        Err(why) => {
+            println!("provisioning/real API server: not run: {why}");
+            summary.figure("CR to Ready on a real API server", &format!("not run: {why}"));
+            return Ok(());
+        }
+    };
+    let rounds = super::env_usize("BTP_BENCH_REAL_ROUNDS", 5).max(1);
+    let warm = super::env_usize("BTP_BENCH_REAL_WARM", 3).max(1);
+    let label = format!("real kube-apiserver v{}, fresh server per round", k8s.version);
+    let mut colds = Vec::new();
+    let mut warms = Vec::new();
+    for r in 0..rounds {
+        let (cold, w) = round(&k8s, warm).await?;
+        println!(
+            "provisioning/real round {}: cold {} ({} sequential, {} requests); warm {}; load {}",
+            r + 1,
+            ms(cold.elapsed),
+            cold.sequential,
+            cold.requests,
+            w.iter().map(|w| ms(w.elapsed)).collect::<Vec<_>>().join(", "),
+            super::load()
+        );
+        colds.push(cold);
+        warms.extend(w);
+    }
+    let c = figures(&colds);
+    let w = figures(&warms);
+    let max = |runs: &[Run]| runs.iter().map(|r| r.elapsed).max().unwrap_or_default();
+    for (kind, f, runs) in [("cold", &c, &colds), ("warm", &w, &warms)] {
+        println!(
+            "provisioning/create-to-ready {kind} ({label}): median {}, p90 {}, max {} (n={}); {} sequential round \
+             trips ({} of them on module objects), {} requests",
+            ms(f.median),
+            ms(f.p90),
+            ms(max(runs)),
+            runs.len(),
+            f.sequential,
+            f.sequential_apply,
+            f.requests
+        );
+    }
+    summary.against(
+        &format!("CR to Ready, cold (median of {rounds}, {label})"),
+        &format!("{} (max {})", ms(c.median), ms(max(&colds))),
+        "at most 150 ms",
+        c.median <= Duration::from_millis(150),
+    );
+    summary.against(
+        &format!("CR to Ready, warm (median of {}, {label})", warms.len()),
+        &format!("{} (p90 {})", ms(w.median), ms(w.p90)),
+        "at most 15 ms",
+        w.median <= Duration::from_millis(15),
+    );
+    summary.against(
+        &format!("CR to Ready, warm: the slowest of {} ({label})", warms.len()),
+        &ms(max(&warms)),
+        "at most 50 ms",
+        max(&warms) <= Duration::from_millis(50),
+    );
+    summary.figure(
+        "cold CR to Ready on a real API server: sequential round trips (all / on module objects) and requests",
+        &format!("{} / {}, {} requests", c.sequential, c.sequential_apply, c.requests),
+    );
+    Ok(())
+}

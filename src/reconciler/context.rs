@@ -69,6 +69,10 @@ struct Term {
     credentials_check: Arc<crate::credentials_check::Exchange>,
     /// The module-resource kinds resolved by discovery in this term ([`super::kinds`]).
     kinds: RwLock<Arc<super::kinds::Kinds>>,
+    /// Held while this term's kinds are being resolved: one discovery at a time, so that a pass that comes
+    /// while the term's first one (started with the term) is under way waits for its answer instead of
+    /// asking again.
+    resolving: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Term {
@@ -82,6 +86,7 @@ impl Term {
             view: RwLock::new(None),
             credentials_check: Arc::default(),
             kinds: RwLock::new(Arc::default()),
+            resolving: Arc::default(),
         }
     }
 }
@@ -166,6 +171,11 @@ impl Context {
     /// The kinds resolved in this term so far (empty at its start: the built-in table answers).
     pub fn kinds(&self) -> Arc<super::kinds::Kinds> {
         read(&self.term().kinds)
+    }
+
+    /// The right to resolve this term's kinds (one discovery at a time; see [`Term`]'s `resolving`).
+    pub async fn resolving_kinds(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.term().resolving.clone().lock_owned().await
     }
 
     /// Remember `kinds` for the rest of the term.

@@ -291,6 +291,10 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         ctx.metrics.credentials_check(),
     )));
 
+    // The module's kinds asked of discovery now, beside the view's first lists, rather than by the first pass:
+    // a new CR does not wait for discovery (on a real API server the core group's answer alone took 50 ms).
+    let _kinds = crate::tasks::AbortOnDrop::new(tokio::spawn(resolve_kinds(ctx.clone(), settings.clone())));
+
     // What passes read (super::view), its watches started before the first pass.
     let started = super::view::start(
         &client,
@@ -343,6 +347,18 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
         }
         () = give_up_waiting(shutdown, crs_ready.clone()) => {}
         () = watch_the_start(&ctx, &crs_ready) => {}
+    }
+}
+
+/// Resolve the kinds of the term's module and network policies (kept for the term, see
+/// [`super::kinds`]). A failure is left to the first pass that needs them: it asks again, and reports it.
+async fn resolve_kinds(ctx: Arc<Context>, settings: Arc<Settings>) {
+    let cluster = super::cluster::Cluster::new(&ctx, &settings);
+    if let Err(e) = cluster
+        .resolve_kinds(&settings.module, &settings.network_policies, false)
+        .await
+    {
+        tracing::debug!(error = %e, "resolving the module's kinds as the term begins; the first pass asks again");
     }
 }
 

@@ -1,7 +1,8 @@
 //! Taking over a cluster the Go BTP Manager provisioned (docs/upgrading.md): the state it leaves behind is
 //! built from the operand chart's facts and the Go manager's code (`tests/common/go_manager.rs`), then this
 //! manager starts. The takeover is a non-event for the operand: no write to any operand object (their facts
-//! match), the Deployment's pod template and generation unchanged and its Pod the same (no restart), the
+//! match; the CRDs carry descriptions wherever the chart has them, in other words than ours, and keep them:
+//! their generation stays), the Deployment's pod template and generation unchanged and its Pod the same (no restart), the
 //! certificates and caBundles kept, and the CR never leaves `Ready`.
 //!
 //! Intended differences, named: the manager creates its network policies (not part of the fixture: they

@@ -893,9 +893,12 @@ async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
     apply_kustomization(&kubeconfig, "deploy/namespace");
     apply_file(&kubeconfig, "tests/fixtures/go-install.yaml");
     apply_deploy(&kubeconfig);
-    let commands = documented_commands("upgrading.md", "## How to switch");
+    // The guide's install (its first block) is what `apply_deploy` did; then the deletes (its second).
+    let blocks = documented_blocks("upgrading.md", "## How to switch");
+    assert_eq!(blocks.len(), 2, "install and wait, then delete: {blocks:?}");
+    let commands = &blocks[1];
     assert!(commands.len() >= 4, "{commands:?}");
-    for command in &commands {
+    for command in commands {
         assert_eq!(command[1], "delete", "the switch only deletes: {command:?}");
         run_documented(&kubeconfig, command);
     }

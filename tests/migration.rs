@@ -460,6 +460,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn switch_and_back_as_shipped(_cluster: common::shipped::RealCluster) {
-    common::skip("not written yet");
-}
+#[path = "migration/as_shipped.rs"]
+mod as_shipped;
+use as_shipped::switch_and_back_as_shipped;

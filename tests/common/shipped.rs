@@ -178,6 +178,24 @@ impl Shipped {
         shipped
     }
 
+    /// The stand-ins of an install that started before them: the kubelet stand-in `kubelet` (running the
+    /// manager's Pods) already runs, as for the switch from the Go install, whose Pod it ran before `deploy/`
+    /// was applied; this serves the manager's webhook Service (which `kubectl apply -k deploy/` created).
+    pub async fn serving(cluster: &RealCluster, kubelet: Kubelet) -> Self {
+        let webhooks = super::proxy::serve_service(
+            &cluster.client,
+            kubelet.lookup(),
+            names::KYMA_SYSTEM,
+            names::webhook::SERVICE_NAME,
+        )
+        .await;
+        Self {
+            kubelet,
+            webhooks,
+            token_endpoint: None,
+        }
+    }
+
     /// The credentials Secret (labelled as the broker labels it) and `kyma-system/btpoperator`, each created
     /// once, as docs/install.md's step 3 has them created. The shipped manager checks credentials (its default
     /// interval), so the Secret's `tokenurl` names a token endpoint on loopback that accepts them, whose CA the

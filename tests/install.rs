@@ -957,7 +957,7 @@ async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_registered() {
     if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
+        skip("runs on an embedded API server it starts (the rollback on a real cluster: migration::the_switch_completes_while_the_go_manager_renews_its_lease)");
         return;
     }
     use k8s_openapi::api::apps::v1::Deployment;

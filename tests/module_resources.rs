@@ -518,9 +518,9 @@ fn undescribed(node: &Value, path: &str, out: &mut Vec<String>) {
         if path.is_empty() && name == "metadata" {
             continue;
         }
-        if !child["description"]
+        if child["description"]
             .as_str()
-            .is_some_and(|d| d.split_whitespace().count() >= 3)
+            .is_none_or(|d| d.split_whitespace().count() < 3)
         {
             out.push(at.clone());
         }

@@ -94,7 +94,22 @@ pub async fn run(kubeconfig: &Path, command: &[String]) -> Output {
     };
     cmd.args(&command[1..]);
     if command[0] == "kubectl" {
-        match command.get(1).map(String::as_str) {
+        // The subcommand: the first argument that is not a flag or a flag's value (`kubectl -n ns rollout ...`).
+        let mut args = command[1..].iter().map(String::as_str);
+        let mut subcommand = None;
+        while let Some(a) = args.next() {
+            match a {
+                "-n" | "--namespace" => {
+                    args.next();
+                }
+                flag if flag.starts_with('-') => {}
+                other => {
+                    subcommand = Some(other);
+                    break;
+                }
+            }
+        }
+        match subcommand {
             Some("delete") => {
                 cmd.arg("--timeout=120s");
             }

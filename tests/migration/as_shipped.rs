@@ -172,6 +172,10 @@ pub async fn switch_and_back_as_shipped(cluster: RealCluster) {
         }
         if command.iter().any(|a| a == "rollout") {
             rolled_out = Instant::now();
+            // The rollout waits for the new Pods only, never for a leader of ours: the Go manager's Lease
+            // (renewed until its Pod was deleted) still stands.
+            let holder = lease_holder(&client, names::KYMA_SYSTEM).await;
+            assert_eq!(holder, go_pod, "the rollout completed before any replica of ours led");
         }
     }
     let shipped = shipped.expect("the guide applies deploy/");
@@ -241,7 +245,7 @@ pub async fn switch_and_back_as_shipped(cluster: RealCluster) {
     let (go_ok, go_refused) = go_lease_writes(&records);
     let go_led_for = go_ended - applied;
     assert!(
-        go_refused == 0 && go_ok + 1 >= (go_led_for.as_secs() / RETRY_PERIOD.as_secs()) as usize,
+        go_refused == 0 && go_ok >= 1 && go_ok + 1 >= (go_led_for.as_secs() / RETRY_PERIOD.as_secs()) as usize,
         "the Go manager renewed every {RETRY_PERIOD:?} until its Pod went ({go_led_for:?}): {go_ok} renewals, {go_refused} refused"
     );
     let first_lease_write = records
@@ -268,9 +272,10 @@ pub async fn switch_and_back_as_shipped(cluster: RealCluster) {
     );
     let gap = gaps.first().map_or(Duration::ZERO, |(_, gap)| *gap);
     println!(
-        "switch (real cluster): rollout complete {:?} after the apply (the Go Pod renewing its Lease {go_ok} times \
-         until it was deleted, {go_led_for:?} after the apply); admission gap {gap:?} (probed every {:?}); one of \
-         ours led {led_after:?} after the Go Pod's deletion; CRD generations unchanged: {}",
+        "switch (real cluster): rollout complete {:?} after the apply; the Go Pod deleted {go_led_for:?} after \
+         the apply, its Lease renewed {go_ok} time(s) from the apply on, none refused; admission gap {gap:?} \
+         (probed every {:?}); one of ours led {led_after:?} after the Go Pod's deletion; CRD generations \
+         unchanged: {}",
         rolled_out - applied,
         common::admission::EVERY,
         crd_generations.join(", ")

@@ -2,13 +2,16 @@
 //! rules in one place:
 //!
 //! - **Fencing**: a write (POST, PUT, PATCH, DELETE) is sent only while the [`Fence`] allows it; a refused
-//!   write ends with [`crate::fence::Fenced`] and never leaves the process. The elector's own Lease
-//!   requests are exempt: they are how the right is won.
+//!   write ends with [`crate::fence::Fenced`] and never leaves the process. A write that is sent is bounded
+//!   by the right: the client abandons it when the right ends ([`crate::fence::RightEnded`]), and tells the
+//!   API server the time that remains (`?timeout=`), so that a request it takes late is refused rather than
+//!   committed. The elector's own Lease requests are exempt: they are how the right is won, and the elector
+//!   bounds them itself.
 //! - **Visibility**: every request sent is counted as client-go counts it,
 //!   `rest_client_requests_total{code,method}` and `rest_client_request_duration_seconds{verb}`, and carries a
 //!   `User-Agent` naming this replica, so that who writes what can be told from outside (docs/behaviour.md#metrics).
 
-use crate::fence::{Fence, Fenced};
+use crate::fence::{Fence, Fenced, RightEnded};
 use futures::future::BoxFuture;
 use http::{header::USER_AGENT, HeaderValue, Method, Request, Response};
 use kube::client::Body;
@@ -18,7 +21,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -92,6 +95,30 @@ fn is_lease(path: &str) -> bool {
     path.starts_with("/apis/coordination.k8s.io/") && path.split('/').any(|segment| segment == "leases")
 }
 
+/// `uri` with `timeout=<left>` added to its query (the API server's deadline for the request, a Go duration
+/// in whole milliseconds, at least 1 ms), unless it names a `timeout` already. Pure.
+pub fn with_server_timeout(uri: &http::Uri, left: Duration) -> http::Uri {
+    let query = uri.query().unwrap_or_default();
+    if query
+        .split('&')
+        .any(|pair| pair == "timeout" || pair.starts_with("timeout="))
+    {
+        return uri.clone();
+    }
+    let millis = left.as_millis().max(1);
+    let query = match query {
+        "" => format!("timeout={millis}ms"),
+        q => format!("{q}&timeout={millis}ms"),
+    };
+    let path_and_query = format!("{}?{query}", uri.path());
+    let mut parts = uri.clone().into_parts();
+    match path_and_query.parse() {
+        Ok(pq) => parts.path_and_query = Some(pq),
+        Err(_) => return uri.clone(),
+    }
+    http::Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
+}
+
 /// `client` with the fence, the request metrics and `agent` as the `User-Agent` of every request.
 pub fn guard(client: kube::Client, fence: Fence, metrics: Option<RestMetrics>, agent: &str) -> kube::Client {
     let agent = HeaderValue::from_str(agent).unwrap_or_else(|_| HeaderValue::from_static("btp-manager"));
@@ -126,18 +153,42 @@ impl tower::Service<Request<Body>> for Guarded {
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
         let method = request.method().clone();
-        if is_write(&method) && !is_lease(request.uri().path()) && !self.fence.valid() {
-            if let Some(m) = &self.metrics {
-                m.fenced.inc();
-            }
-            tracing::debug!(%method, path = request.uri().path(), "write not sent: no valid leader Lease");
-            return Box::pin(std::future::ready(Err(kube::Error::Service(Box::new(Fenced)))));
+        // A write holds its admission until it is answered or abandoned (the elector waits for it before it
+        // releases the Lease), and is abandoned when the right ends.
+        let write = match is_write(&method) && !is_lease(request.uri().path()) {
+            false => None,
+            true => match self.fence.admit() {
+                Some(write) => Some(write),
+                None => {
+                    if let Some(m) = &self.metrics {
+                        m.fenced.inc();
+                    }
+                    tracing::debug!(%method, path = request.uri().path(), "write not sent: no valid leader Lease");
+                    return Box::pin(std::future::ready(Err(kube::Error::Service(Box::new(Fenced)))));
+                }
+            },
+        };
+        let until = write.as_ref().and_then(|w| w.until);
+        if let Some(until) = until {
+            let left = until.saturating_duration_since(Instant::now());
+            *request.uri_mut() = with_server_timeout(request.uri(), left);
         }
         request.headers_mut().insert(USER_AGENT, self.agent.clone());
         let (inner, metrics) = (self.inner.clone(), self.metrics.clone());
         Box::pin(async move {
             let started = Instant::now();
-            let result = inner.send(request).await;
+            let send = inner.send(request);
+            let result = match until {
+                None => send.await,
+                Some(until) => match tokio::time::timeout_at(until.into(), send).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        tracing::debug!(%method, "write abandoned: the right to write ended before an answer");
+                        Err(kube::Error::Service(Box::new(RightEnded)))
+                    }
+                },
+            };
+            drop(write);
             if let Some(m) = metrics {
                 let code = match &result {
                     Ok(response) => response.status().as_u16().to_string(),
@@ -164,6 +215,42 @@ mod tests {
         for m in [Method::GET, Method::HEAD, Method::OPTIONS] {
             assert!(!is_write(&m), "{m}");
         }
+    }
+
+    #[test]
+    fn a_write_tells_the_server_the_time_its_right_has_left() {
+        let left = Duration::from_millis(2_345);
+        let uri = |s: &str| s.parse::<http::Uri>().unwrap();
+        assert_eq!(
+            with_server_timeout(&uri("/api/v1/namespaces/ns/configmaps/c"), left),
+            uri("/api/v1/namespaces/ns/configmaps/c?timeout=2345ms")
+        );
+        assert_eq!(
+            with_server_timeout(
+                &uri("/apis/apps/v1/namespaces/ns/deployments/d?fieldManager=m&force=true"),
+                left
+            ),
+            uri("/apis/apps/v1/namespaces/ns/deployments/d?fieldManager=m&force=true&timeout=2345ms")
+        );
+        assert_eq!(
+            with_server_timeout(
+                &uri("https://10.0.0.1:6443/api/v1/namespaces/ns/secrets"),
+                Duration::ZERO
+            ),
+            uri("https://10.0.0.1:6443/api/v1/namespaces/ns/secrets?timeout=1ms"),
+            "never zero (the server would take it for none)"
+        );
+        let named = uri("/api/v1/namespaces/ns/pods?timeout=5s");
+        assert_eq!(
+            with_server_timeout(&named, left),
+            named,
+            "a timeout named already stays"
+        );
+        let other = uri("/api/v1/namespaces/ns/pods?timeoutSeconds=5");
+        assert_eq!(
+            with_server_timeout(&other, left),
+            uri("/api/v1/namespaces/ns/pods?timeoutSeconds=5&timeout=2345ms")
+        );
     }
 
     #[test]

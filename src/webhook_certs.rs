@@ -457,9 +457,14 @@ impl WebhookCerts {
             };
             // A shutdown also ends a round in flight: a stopped manager must not register its webhooks
             // again (a configuration written after the stop would point the next manager's requests at a
-            // closed port).
+            // closed port). So does the end of leadership: a leader's round stops with its term (its
+            // writes would be refused by the fence; a round waiting on an unanswered request must not
+            // hold the keeper's next round as a follower).
+            let mut lost = leading.clone();
             let wait = tokio::select! {
                 () = &mut shutdown => return,
+                // (A closed channel keeps its last value: no change to follow.)
+                Ok(_) = lost.wait_for(|l| !*l), if leads => Duration::ZERO,
                 wait = round => wait,
             };
             tokio::select! {

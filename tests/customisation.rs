@@ -198,12 +198,13 @@ async fn a_cluster_id_secret_changed_by_hand_is_repaired() {
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
     pods.delete(&first, &Default::default()).await.unwrap();
-    eventually(Duration::from_secs(10), "the restarted operand crash-loops", || async {
+    // The crashing Pod, as seen then (the manager may replace it at any moment after: the cluster-ID Secret
+    // it watches changed).
+    let crashing = eventually(Duration::from_secs(10), "the restarted operand crash-loops", || async {
         let pods = operand_pods(&env).await;
-        pods.len() == 1 && pods[0].0 != first && !pods[0].1
+        (pods.len() == 1 && pods[0].0 != first && !pods[0].1).then(|| pods[0].0.clone())
     })
     .await;
-    let crashing = operand_pods(&env).await.remove(0).0;
 
     reconcile_now(&env).await;
     let repaired = running_operand(&env, NS, "cluster-1").await;

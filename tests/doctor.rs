@@ -1,4 +1,5 @@
-//! `btp-manager doctor` against the embedded API server, with RBAC enforced: a cluster installed as `deploy/`
+//! `btp-manager doctor` against the embedded API server, with RBAC enforced, or against the real cluster of
+//! `BTP_E2E_KUBECONFIG` (the manager then runs as the Pods of `deploy/`): a cluster installed as `deploy/`
 //! ships it, with the manager running (as `run --leader-elect` does, authenticated as its ServiceAccount),
 //! passes clean; each problem induced (a missing grant, an unlabelled Secret, no leader, a wiped caBundle, an
 //! expired certificate, an old Kubernetes) is reported on its line with what to do; and doctor writes nothing
@@ -21,17 +22,47 @@ use tokio::sync::watch;
 /// The user doctor runs as here: bound to a ClusterRole that may read everything (a platform operator).
 const DOCTOR: &str = "platform-operator";
 
+/// A healthy installation to diagnose: on the embedded server, `deploy/` installed and the manager running in
+/// this process (as `run --leader-elect` does, its ServiceAccount's RBAC enforced, its webhooks reached by URL);
+/// on the real cluster of `BTP_E2E_KUBECONFIG`, `deploy/` installed as docs/install.md says and the manager
+/// running as its Pods (stopped and started again by scaling its Deployment). Either way the credentials Secret
+/// and the BtpOperator are created and Ready.
 struct Cluster {
-    server: RunningApiServer,
     admin: kube::Client,
     doctor: kube::Client,
-    manager: Option<(manager::Manager, watch::Sender<bool>)>,
-    _workloads: tokio::task::JoinHandle<()>,
+    backend: Backend,
+}
+
+enum Backend {
+    Embedded {
+        server: Box<RunningApiServer>,
+        manager: Option<Box<(manager::Manager, watch::Sender<bool>)>>,
+        _workloads: tokio::task::JoinHandle<()>,
+    },
+    Real {
+        cluster: Box<common::shipped::RealCluster>,
+        shipped: Box<common::shipped::Shipped>,
+    },
 }
 
 impl Cluster {
     /// `deploy/` installed, the manager running, the credentials Secret and the BtpOperator created, Ready.
     async fn start(config: ServerConfig) -> Cluster {
+        if let Some(cluster) = common::shipped::RealCluster::connect().await {
+            let mut shipped = common::shipped::Shipped::install(&cluster).await;
+            let admin = cluster.client.clone();
+            shipped.create_secret_and_cr(&admin).await;
+            let crs: Api<BtpOperator> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+            eventually(Duration::from_secs(60), "the BtpOperator is Ready", || cr_ready(&crs)).await;
+            return Cluster {
+                doctor: admin.clone(),
+                admin,
+                backend: Backend::Real {
+                    cluster: Box::new(cluster),
+                    shipped: Box::new(shipped),
+                },
+            };
+        }
         let server = ApiServer::start(config).await.expect("API server");
         let admin = server.client().await;
         let kyma_system =
@@ -54,11 +85,13 @@ impl Cluster {
         let workloads = btp_apiserver::spawn_workload_controller(admin.clone());
         let doctor = server.client_as(DOCTOR);
         let mut cluster = Cluster {
-            server,
             admin,
             doctor,
-            manager: None,
-            _workloads: workloads,
+            backend: Backend::Embedded {
+                server: Box::new(server),
+                manager: None,
+                _workloads: workloads,
+            },
         };
         cluster.start_manager().await;
         let mut secret = serde_json::json!({
@@ -76,25 +109,102 @@ impl Cluster {
         cluster
     }
 
-    /// The manager as `run --leader-elect` runs it, as its ServiceAccount, its webhooks reached by URL.
+    /// The embedded server (None on a real cluster).
+    fn server(&self) -> Option<&RunningApiServer> {
+        match &self.backend {
+            Backend::Embedded { server, .. } => Some(&**server),
+            Backend::Real { .. } => None,
+        }
+    }
+
+    /// Start the manager (on a real cluster: its Deployment scaled back to two replicas, rolled out).
     async fn start_manager(&mut self) {
-        self.manager = Some(start_manager(&self.server).await);
-        eventually(Duration::from_secs(10), "the manager leads", || async {
+        match &mut self.backend {
+            Backend::Embedded { server, manager, .. } => *manager = Some(Box::new(start_manager(server).await)),
+            Backend::Real { cluster, .. } => {
+                let deployment = format!("deployment/{}", common::shipped::DEPLOYMENT);
+                for command in [
+                    vec![
+                        "kubectl",
+                        "-n",
+                        names::KYMA_SYSTEM,
+                        "scale",
+                        &deployment,
+                        "--replicas=2",
+                    ],
+                    vec!["kubectl", "-n", names::KYMA_SYSTEM, "rollout", "status", &deployment],
+                ] {
+                    let command: Vec<String> = command.into_iter().map(String::from).collect();
+                    common::shipped::run_ok(&cluster.kubeconfig, &command).await;
+                }
+            }
+        }
+        eventually(Duration::from_secs(30), "the manager leads", || async {
             line(&self.diagnose().await, "leader").verdict == Verdict::Pass
         })
         .await;
     }
 
-    /// Stop the manager gracefully (it releases the Lease).
+    /// Stop the manager gracefully: it releases the Lease (on a real cluster: its Deployment scaled to zero,
+    /// its Pods gone).
     async fn stop_manager(&mut self) {
-        if let Some((manager, term)) = self.manager.take() {
-            let _ = term.send(true);
-            manager.shut_down().await.expect("a graceful shutdown");
+        match &mut self.backend {
+            Backend::Embedded { manager, .. } => {
+                if let Some((manager, term)) = manager.take().map(|m| *m) {
+                    let _ = term.send(true);
+                    manager.shut_down().await.expect("a graceful shutdown");
+                }
+            }
+            Backend::Real { cluster, .. } => {
+                let deployment = format!("deployment/{}", common::shipped::DEPLOYMENT);
+                for command in [
+                    vec![
+                        "kubectl",
+                        "-n",
+                        names::KYMA_SYSTEM,
+                        "scale",
+                        &deployment,
+                        "--replicas=0",
+                    ],
+                    vec![
+                        "kubectl",
+                        "-n",
+                        names::KYMA_SYSTEM,
+                        "wait",
+                        "pod",
+                        "-l",
+                        "app.kubernetes.io/component=btp-manager.kyma-project.io",
+                        "--for=delete",
+                        "--timeout=60s",
+                    ],
+                ] {
+                    let command: Vec<String> = command.into_iter().map(String::from).collect();
+                    common::shipped::run_ok(&cluster.kubeconfig, &command).await;
+                }
+            }
         }
     }
 
     async fn diagnose(&self) -> Report {
         doctor::diagnose(&self.doctor, &Target::default()).await
+    }
+
+    /// The end of a test: on the embedded server the manager stopped; on a real cluster `deploy/` uninstalled as
+    /// documented, which needs a running manager (it deprovisions the CR first): one is started where the test
+    /// stopped it.
+    async fn finish(mut self) {
+        if matches!(self.backend, Backend::Embedded { .. }) {
+            return self.stop_manager().await;
+        }
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.admin.clone(), names::KYMA_SYSTEM);
+        let selector =
+            kube::api::ListParams::default().labels("app.kubernetes.io/component=btp-manager.kyma-project.io");
+        if pods.list(&selector).await.unwrap().items.is_empty() {
+            self.start_manager().await;
+        }
+        if let Backend::Real { cluster, shipped } = self.backend {
+            shipped.uninstall(&cluster).await;
+        }
     }
 }
 
@@ -140,8 +250,8 @@ async fn a_healthy_installation_passes_clean_and_doctor_writes_nothing() {
     if let Some(cluster) = common::shipped::RealCluster::connect().await {
         return a_healthy_installation_as_shipped_passes_clean(cluster).await;
     }
-    let mut cluster = Cluster::start(ServerConfig::default()).await;
-    let log = cluster.server.request_log();
+    let cluster = Cluster::start(ServerConfig::default()).await;
+    let log = cluster.server().expect("the embedded server").request_log();
     let before = log.len();
     let report = cluster.diagnose().await;
     println!("{}", report.to_text());
@@ -178,16 +288,12 @@ async fn a_healthy_installation_passes_clean_and_doctor_writes_nothing() {
         .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
         .collect();
     assert!(writes.is_empty(), "doctor wrote: {writes:?}");
-    cluster.stop_manager().await;
+    cluster.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_grant_and_an_unlabelled_secret_are_named_with_their_fix() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts");
-        return;
-    }
-    let mut cluster = Cluster::start(ServerConfig::default()).await;
+    let cluster = Cluster::start(ServerConfig::default()).await;
     // An older deploy/rbac.yaml: no create on CRDs.
     let mut role = shipped::objects(shipped::RBAC)
         .unwrap()
@@ -239,15 +345,11 @@ async fn a_missing_grant_and_an_unlabelled_secret_are_named_with_their_fix() {
         !report.to_text().contains("CANARY"),
         "no credential value in the report"
     );
-    cluster.stop_manager().await;
+    cluster.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_leader_a_wiped_ca_bundle_and_an_expired_certificate_are_reported() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts");
-        return;
-    }
     let mut cluster = Cluster::start(ServerConfig::default()).await;
     // With the manager down nothing repairs what is broken below.
     cluster.stop_manager().await;
@@ -309,19 +411,30 @@ async fn no_leader_a_wiped_ca_bundle_and_an_expired_certificate_are_reported() {
     // Nothing else is blamed.
     assert_eq!(line(&report, "rbac").verdict, Verdict::Pass, "{}", report.to_text());
     assert_eq!(line(&report, "secret").verdict, Verdict::Pass);
+    cluster.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_kubernetes_is_a_warning_that_says_what_degrades() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts");
-        return;
+    if let Some(cluster) = common::shipped::RealCluster::connect().await {
+        let version = cluster.client.apiserver_version().await.expect("the server's version");
+        if version
+            .minor
+            .trim_end_matches('+')
+            .parse::<u32>()
+            .is_ok_and(|m| m >= 28)
+        {
+            return skip(&format!(
+                "needs Kubernetes before 1.28; the real server is {}",
+                version.git_version
+            ));
+        }
     }
     let config = ServerConfig {
         version: btp_apiserver::KubeVersion::V1_24,
         ..ServerConfig::default()
     };
-    let mut cluster = Cluster::start(config).await;
+    let cluster = Cluster::start(config).await;
     let report = cluster.diagnose().await;
     println!("{}", report.to_text());
     let version = line(&report, "version");
@@ -343,7 +456,7 @@ async fn an_old_kubernetes_is_a_warning_that_says_what_degrades() {
         "{}",
         report.to_text()
     );
-    cluster.stop_manager().await;
+    cluster.finish().await;
 }
 
 /// The API server's endpoint moves to a port the installed network policies do not allow (6443, as on
@@ -351,10 +464,6 @@ async fn an_old_kubernetes_is_a_warning_that_says_what_degrades() {
 /// manager runs again it renders the policies for the live EndpointSlices and doctor passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_that_cuts_the_manager_off_the_api_server_is_named_until_the_manager_renders_it_again() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts");
-        return;
-    }
     let mut cluster = Cluster::start(ServerConfig::default()).await;
     assert_eq!(
         line(&cluster.diagnose().await, "apiserver-egress").verdict,
@@ -382,6 +491,17 @@ async fn a_policy_that_cuts_the_manager_off_the_api_server_is_named_until_the_ma
         || async { line(&cluster.diagnose().await, "apiserver-egress").verdict == Verdict::Pass },
     )
     .await;
+    let slices: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        cluster.admin.clone(),
+        "default",
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "discovery.k8s.io",
+            "v1",
+            "EndpointSlice",
+        )),
+    );
+    slices.delete("kubernetes-6443", &Default::default()).await.unwrap();
+    cluster.finish().await;
 }
 
 /// The next line the child printed, within `deadline`; `None` once its stdout is closed.
@@ -401,16 +521,34 @@ async fn next_line(
 /// admission works. The install goes on only after the line for the state before, so every state is seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_admission_waits_through_the_install_and_prints_a_line_per_change() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts");
-        return;
-    }
     use std::io::BufRead as _;
-    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-    let admin = server.client().await;
-    let dir = temp_dir("check-admission");
-    let kubeconfig = dir.join("admin.kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    // On a real cluster: the manager starts as docs/install.md installs it, as its Pods behind its Service.
+    let real = common::shipped::RealCluster::connect().await;
+    let mut embedded = None;
+    let (admin, kubeconfig, dir) = match &real {
+        Some(cluster) => {
+            // From no CRD on (the suites' shared BtpOperator CRD goes first).
+            let crds: Api<
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+            > = Api::all(cluster.client.clone());
+            let name = format!("{}.{}", names::PLURAL, names::GROUP);
+            let _ = crds.delete(&name, &Default::default()).await;
+            eventually(Duration::from_secs(60), "the BtpOperator CRD is gone", || async {
+                crds.get_opt(&name).await.is_ok_and(|c| c.is_none())
+            })
+            .await;
+            (cluster.client.clone(), cluster.kubeconfig.clone(), None)
+        }
+        None => {
+            let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
+            let admin = server.client().await;
+            let dir = temp_dir("check-admission");
+            let kubeconfig = dir.join("admin.kubeconfig");
+            std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+            embedded = Some(server);
+            (admin, kubeconfig, Some(dir))
+        }
+    };
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_btp-manager"))
         .args(["check", "admission", "--wait=2m", "-v"])
         .env("KUBECONFIG", &kubeconfig)
@@ -445,18 +583,29 @@ async fn check_admission_waits_through_the_install_and_prints_a_line_per_change(
         seen.push(line.unwrap_or_else(|| panic!("check admission ended early: {seen:#?}")));
     }
 
-    // The manager starts (its webhooks registered by URL, its CA in them): admission works.
-    for (_, text) in shipped::FOR_LOCAL {
-        common::install::apply(&admin, &shipped::objects(text).unwrap()).await;
+    // The manager starts (embedded: in this process, its webhooks registered by URL, its CA in them; real: as its
+    // Pods): admission works.
+    let mut installed = None;
+    let mut manager = None;
+    match (&real, &embedded) {
+        (Some(cluster), _) => installed = Some(common::shipped::Shipped::install(cluster).await),
+        (None, Some(server)) => {
+            for (_, text) in shipped::FOR_LOCAL {
+                common::install::apply(&admin, &shipped::objects(text).unwrap()).await;
+            }
+            manager = Some(start_manager(server).await);
+        }
+        (None, None) => unreachable!("one of the two"),
     }
-    let (manager, term) = start_manager(&server).await;
-    while let Some(line) = next_line(&mut lines, deadline, "admission works").await {
+    while let Some(line) = next_line(&mut lines, Duration::from_secs(120), "admission works").await {
         seen.push(line);
     }
     let status = child.wait().expect("check admission ends");
     reader.join().expect("the reader");
-    let _ = term.send(true);
-    manager.shut_down().await.expect("a graceful shutdown");
+    if let Some((manager, term)) = manager {
+        let _ = term.send(true);
+        manager.shut_down().await.expect("a graceful shutdown");
+    }
     println!("{}", seen.join("\n"));
     assert!(status.success(), "exit code 0 once admission works: {seen:#?}");
     let answers: Vec<&str> = seen
@@ -479,7 +628,12 @@ async fn check_admission_waits_through_the_install_and_prints_a_line_per_change(
     for pair in answers.windows(2) {
         assert_ne!(pair[0], pair[1], "a line per change, not per attempt: {seen:#?}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if let (Some(cluster), Some(installed)) = (&real, installed) {
+        installed.uninstall(cluster).await;
+    }
+    if let Some(dir) = dir {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// On a real cluster (`BTP_E2E_KUBECONFIG`): `deploy/` installed as docs/install.md says, the manager running as
@@ -541,7 +695,7 @@ async fn a_healthy_installation_as_shipped_passes_clean(cluster: common::shipped
             .since(before)
             .into_iter()
             .filter(|r| r.user_agent.contains("doctor"))
-            .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+            .filter(|r| r.method != "GET")
             .filter(|r| !(r.verb == "create" && r.resource == "subjectaccessreviews"))
             .filter(|r| !(r.verb == "create" && r.query.contains("dryRun=All")))
             .map(|r| format!("{} {}?{}", r.method, r.path, r.query))

@@ -276,7 +276,7 @@ async fn install_and_provision(server: RunningApiServer) -> Option<Installed> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_deploy_installs_and_the_manager_provisions_as_its_pod() {
     if let Some(cluster) = common::shipped::RealCluster::connect().await {
-        return as_shipped_on_a_real_cluster(cluster).await;
+        return as_shipped_on_a_real_cluster(cluster, false).await;
     }
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
     install_and_provision(server).await;
@@ -287,7 +287,9 @@ async fn kubectl_apply_k_deploy_installs_and_the_manager_provisions_as_its_pod()
 /// configuration from the shipped ServiceAccount's token, the shipped arguments, user 10001, a read-only root)
 /// and reached through its Service; the Secret and the BtpOperator created once each, without a retry; then the
 /// documented uninstall leaves nothing of the manager's.
-async fn as_shipped_on_a_real_cluster(cluster: common::shipped::RealCluster) {
+/// With `another_module`, a ConfigMap of another module in `kyma-system` is there before the uninstall and
+/// must survive it, as must the namespace.
+async fn as_shipped_on_a_real_cluster(cluster: common::shipped::RealCluster, another_module: bool) {
     use common::shipped::{run_ok, Shipped};
     let mut shipped = Shipped::install(&cluster).await;
     let client = cluster.client.clone();
@@ -353,7 +355,34 @@ async fn as_shipped_on_a_real_cluster(cluster: common::shipped::RealCluster) {
         "the mutating webhook added the finalizer"
     );
 
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let foreign = foreign_configmap();
+    if another_module {
+        configmaps
+            .create(&PostParams::default(), &foreign)
+            .await
+            .expect("the other module's ConfigMap");
+    }
     shipped.uninstall(&cluster).await;
+    if another_module {
+        let namespace = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .get(names::KYMA_SYSTEM)
+            .await
+            .expect("kyma-system is still there");
+        assert!(
+            namespace.metadata.deletion_timestamp.is_none(),
+            "kyma-system is not being deleted"
+        );
+        let kept = configmaps
+            .get("another-module-config")
+            .await
+            .expect("the other module's ConfigMap stays");
+        assert_eq!(kept.data, foreign.data);
+        configmaps
+            .delete("another-module-config", &Default::default())
+            .await
+            .unwrap();
+    }
     assert_nothing_of_ours_registered(&cluster.kubeconfig);
     assert!(
         installed_objects(&client).await.is_empty(),
@@ -367,6 +396,114 @@ async fn as_shipped_on_a_real_cluster(cluster: common::shipped::RealCluster) {
             .is_empty(),
         "the manager's Pods are gone"
     );
+}
+
+/// The minor version of the API server.
+async fn server_minor(client: &kube::Client) -> u32 {
+    let version = client.apiserver_version().await.expect("the server's version");
+    version
+        .minor
+        .trim_end_matches('+')
+        .parse()
+        .expect("a numeric minor version")
+}
+
+/// Another module's ConfigMap in `kyma-system`: the uninstall must leave it.
+fn foreign_configmap() -> k8s_openapi::api::core::v1::ConfigMap {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "another-module-config", "namespace": names::KYMA_SYSTEM,
+                     "labels": {"kyma-project.io/module": "another-module"}},
+        "data": {"k": "v"}
+    }))
+    .unwrap()
+}
+
+/// Where a test installs: an embedded API server of its own, or the real cluster of `BTP_E2E_KUBECONFIG` (whose
+/// `deploy/` the documented uninstall removes when the test is done).
+enum Target {
+    Embedded { server: RunningApiServer, dir: PathBuf },
+    Real(Box<common::shipped::RealCluster>),
+}
+
+impl Target {
+    async fn new(name: &str, version: btp_apiserver::KubeVersion) -> Self {
+        if let Some(cluster) = common::shipped::RealCluster::connect().await {
+            return Self::Real(Box::new(cluster));
+        }
+        let server = ApiServer::start(ServerConfig {
+            version,
+            ..ServerConfig::default()
+        })
+        .await
+        .expect("API server");
+        let dir = temp_dir(name);
+        std::fs::write(dir.join("admin.kubeconfig"), server.kubeconfig_yaml()).unwrap();
+        Self::Embedded { server, dir }
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        match self {
+            Self::Embedded { dir, .. } => dir.join("admin.kubeconfig"),
+            Self::Real(cluster) => cluster.kubeconfig.clone(),
+        }
+    }
+
+    async fn client(&self) -> kube::Client {
+        match self {
+            Self::Embedded { server, .. } => server.client().await,
+            Self::Real(cluster) => cluster.client.clone(),
+        }
+    }
+
+    /// Whether the API server knows webhook `matchConditions` (from 1.28 on).
+    async fn has_match_conditions(&self) -> bool {
+        server_minor(&self.client().await).await >= 28
+    }
+
+    /// `kubectl apply -k deploy/namespace` and `-k deploy/`; on a real cluster also until the CRD is served.
+    async fn apply_deploy(&self) {
+        let kubeconfig = self.kubeconfig();
+        apply_kustomization(&kubeconfig, "deploy/namespace");
+        apply_deploy(&kubeconfig);
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(self.client().await);
+        eventually(
+            Duration::from_secs(30),
+            "the BtpOperator CRD is established",
+            || async {
+                crds.get_opt(&format!("{}.{}", names::PLURAL, names::GROUP))
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c.status)
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+            },
+        )
+        .await;
+    }
+
+    /// The real cluster: `deploy/` uninstalled as documented (and `extra` deleted first); the embedded: its
+    /// directory removed.
+    async fn finish(self, extra: &[(&str, &str, &str, Option<&str>)]) {
+        match self {
+            Self::Embedded { dir, .. } => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Self::Real(cluster) => {
+                for (group, kind, name, namespace) in extra {
+                    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+                    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
+                    let api: Api<DynamicObject> = match namespace {
+                        Some(ns) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
+                        None => Api::all_with(cluster.client.clone(), &resource),
+                    };
+                    let _ = api.delete(name, &Default::default()).await;
+                }
+                common::shipped::uninstall(&cluster).await;
+            }
+        }
+    }
 }
 
 /// Whether `kyma-system/btpoperator` shows `reason` within `within`.
@@ -389,9 +526,12 @@ async fn try_wait_cr(client: &kube::Client, reason: Reason, within: Duration) ->
 /// webhooks without `matchConditions`, which 1.24 does not know).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_kubernetes_1_24_kubectl_apply_k_deploy_installs_and_the_manager_provisions() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
-        return;
+    if let Some(cluster) = common::shipped::RealCluster::connect().await {
+        let minor = server_minor(&cluster.client).await;
+        if minor != 24 {
+            return skip(&format!("needs Kubernetes 1.24; the real server is 1.{minor}"));
+        }
+        return as_shipped_on_a_real_cluster(cluster, false).await;
     }
     let server = ApiServer::start(ServerConfig {
         version: btp_apiserver::KubeVersion::V1_24,
@@ -408,20 +548,15 @@ async fn on_kubernetes_1_24_kubectl_apply_k_deploy_installs_and_the_manager_prov
 /// a real 1.24 refused them (the corpus case `vwc-match-conditions`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_object_of_deploy_applies_server_side_on_every_supported_version() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
-        return;
-    }
-    for version in [btp_apiserver::KubeVersion::V1_24, btp_apiserver::KubeVersion::Latest] {
-        let server = ApiServer::start(ServerConfig {
-            version,
-            ..ServerConfig::default()
-        })
-        .await
-        .expect("API server");
-        let dir = temp_dir(&format!("install-ssa-{version:?}"));
-        let kubeconfig = dir.join("admin.kubeconfig");
-        std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let versions: &[btp_apiserver::KubeVersion] = if real_cluster().is_some() {
+        // A real cluster is the version it is (the stage runs 1.24 and 1.36).
+        &[btp_apiserver::KubeVersion::Latest]
+    } else {
+        &[btp_apiserver::KubeVersion::V1_24, btp_apiserver::KubeVersion::Latest]
+    };
+    for &version in versions {
+        let target = Target::new(&format!("install-ssa-{version:?}"), version).await;
+        let kubeconfig = target.kubeconfig();
         apply_kustomization(&kubeconfig, "deploy/namespace");
         let out = Command::new(kubectl())
             .args(["apply", "--server-side", "-k"])
@@ -439,26 +574,28 @@ async fn every_object_of_deploy_applies_server_side_on_every_supported_version()
         let with_conditions = btp_webhooks::manifests::WebhookManifests::in_cluster(names::KYMA_SYSTEM)
             .to_yaml()
             .unwrap();
-        let file = dir.join("webhooks-with-match-conditions.yaml");
+        let file = temp_dir("install-ssa-conditions").join("webhooks-with-match-conditions.yaml");
         std::fs::write(&file, with_conditions).unwrap();
+        // Past kubectl's own validation (against the server's OpenAPI, which refuses the field on 1.24 before
+        // sending), to what the API server does with it.
         let out = Command::new(kubectl())
-            .args(["apply", "--server-side", "--force-conflicts", "-f"])
+            .args(["apply", "--server-side", "--force-conflicts", "--validate=false", "-f"])
             .arg(&file)
             .env("KUBECONFIG", &kubeconfig)
             .output()
             .expect("run kubectl");
+        let _ = std::fs::remove_dir_all(file.parent().unwrap());
         let stderr = String::from_utf8_lossy(&out.stderr);
-        match version {
-            btp_apiserver::KubeVersion::V1_24 => {
-                assert!(!out.status.success(), "1.24 refuses matchConditions");
-                assert!(
-                    stderr.contains("matchConditions: field not declared in schema"),
-                    "{stderr}"
-                );
-            }
-            btp_apiserver::KubeVersion::Latest => assert!(out.status.success(), "{stderr}"),
+        if target.has_match_conditions().await {
+            assert!(out.status.success(), "{stderr}");
+        } else {
+            assert!(!out.status.success(), "1.24 refuses matchConditions");
+            assert!(
+                stderr.contains("matchConditions: field not declared in schema"),
+                "{stderr}"
+            );
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        target.finish(&[]).await;
     }
 }
 
@@ -478,22 +615,41 @@ fn open_crd(group: &str, kind: &str, plural: &str) -> serde_json::Value {
 /// present) and the Kyma dashboard extension.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_monitoring_and_dashboard_components_apply() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
-        return;
-    }
-    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-    let dir = temp_dir("install-components");
-    let kubeconfig = dir.join("admin.kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
-    apply_kustomization(&kubeconfig, "deploy/namespace");
-    apply_deploy(&kubeconfig);
-    let client = server.client().await;
+    let target = Target::new("install-components", btp_apiserver::KubeVersion::Latest).await;
+    let kubeconfig = target.kubeconfig();
+    target.apply_deploy().await;
+    let client = target.client().await;
     let crds = [
         open_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
         open_crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
     ];
     common::install::apply(&client, &crds).await;
+    let kinds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    eventually(
+        Duration::from_secs(30),
+        "the Prometheus Operator's CRDs are served",
+        || async {
+            for name in [
+                "servicemonitors.monitoring.coreos.com",
+                "prometheusrules.monitoring.coreos.com",
+            ] {
+                let established = kinds
+                    .get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c.status)
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+                if !established {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
     apply_kustomization(&kubeconfig, "deploy/monitoring");
     apply_kustomization(&kubeconfig, "deploy/dashboard");
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -527,35 +683,43 @@ async fn the_monitoring_and_dashboard_components_apply() {
             .any(|p| p["name"] == port),
         "the metrics Service has port {port}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    target
+        .finish(&[
+            (
+                "monitoring.coreos.com",
+                "ServiceMonitor",
+                "btp-manager",
+                Some(names::KYMA_SYSTEM),
+            ),
+            (
+                "monitoring.coreos.com",
+                "PrometheusRule",
+                "btp-manager",
+                Some(names::KYMA_SYSTEM),
+            ),
+            (
+                "",
+                "ConfigMap",
+                "btp-manager-busola-extension",
+                Some(names::KYMA_SYSTEM),
+            ),
+            (
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                "servicemonitors.monitoring.coreos.com",
+                None,
+            ),
+            (
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                "prometheusrules.monitoring.coreos.com",
+                None,
+            ),
+        ])
+        .await;
 }
 
-/// The `sh` blocks of the section `heading` of `docs/<file>` (up to the next `## `), each as its commands split
-/// into arguments (`kubectl` first, single quotes around an argument removed); comments and blank lines
-/// dropped.
-fn documented_blocks(file: &str, heading: &str) -> Vec<Vec<Vec<String>>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let section = text
-        .split_once(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("docs/{file} has the section {heading}"))
-        .1;
-    let section = section.split("\n## ").next().unwrap_or_default();
-    section
-        .split("```sh\n")
-        .skip(1)
-        .map(|rest| {
-            rest.split("\n```")
-                .next()
-                .unwrap_or_default()
-                .lines()
-                .map(|l| l.split(" #").next().unwrap_or_default().trim())
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(|l| l.split_whitespace().map(|a| a.trim_matches('\'').to_string()).collect())
-                .collect()
-        })
-        .collect()
-}
+use common::shipped::documented_blocks;
 
 /// The commands of the first `sh` block of the section `heading` in `docs/<file>`.
 fn documented_commands(file: &str, heading: &str) -> Vec<Vec<String>> {
@@ -630,16 +794,19 @@ fn run_btp_manager(kubeconfig: &Path, args: &[String]) -> std::process::Output {
 /// printed a line per change of the answer (here the answer stays the same).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wait_for_admission_gives_up_with_the_last_answer_when_no_manager_serves() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
-        return;
-    }
-    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-    let dir = temp_dir("install-no-admission");
-    let kubeconfig = dir.join("admin.kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
-    apply_kustomization(&kubeconfig, "deploy/namespace");
-    apply_deploy(&kubeconfig);
+    // On a real cluster nothing runs the manager's Pods here (no kubelet stand-in), and nothing listens on the
+    // Service's ClusterIP.
+    let target = Target::new("install-no-admission", btp_apiserver::KubeVersion::Latest).await;
+    let kubeconfig = target.kubeconfig();
+    target.apply_deploy().await;
+    // A real API server answers the first write of a custom resource type it has just begun to serve only after
+    // about 2 s (seen on 1.36, for a dry run too): one write first, so that the 2 s below see answers.
+    let crs: Api<BtpOperator> = Api::namespaced(target.client().await, "default");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let _ = crs.create(&dry_run, &BtpOperator::new("warm-up")).await;
     let mut args: Vec<String> = documented_admission_wait()
         .into_iter()
         .filter(|a| !a.starts_with("--wait"))
@@ -682,7 +849,7 @@ async fn the_wait_for_admission_gives_up_with_the_last_answer_when_no_manager_se
         error.ends_with(answer),
         "the line and the error name the same answer:\n{answer}\n{error}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    target.finish(&[]).await;
 }
 
 /// What docs/install.md says for a registry: the `images:` entry of `deploy/kustomization.yaml` renders the
@@ -730,9 +897,8 @@ fn the_documented_registry_image_renders_into_the_deployment() {
 /// the manager is gone, while the namespace `kyma-system` and another module's ConfigMap in it stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_uninstall_deletes_only_the_managers_objects() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
-        return;
+    if let Some(cluster) = common::shipped::RealCluster::connect().await {
+        return as_shipped_on_a_real_cluster(cluster, true).await;
     }
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use k8s_openapi::api::apps::v1::Deployment;
@@ -744,12 +910,7 @@ async fn the_documented_uninstall_deletes_only_the_managers_objects() {
     };
     let client = installed.server.client().await;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
-    let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "another-module-config", "namespace": names::KYMA_SYSTEM,
-                     "labels": {"kyma-project.io/module": "another-module"}},
-        "data": {"k": "v"}
-    }))
-    .unwrap();
+    let foreign = foreign_configmap();
     configmaps
         .create(&PostParams::default(), &foreign)
         .await

@@ -345,6 +345,43 @@ async fn dispatch_inner(st: &Arc<State>, req: Request<Body>, rec: &mut RequestRe
     };
     let watch = legacy_watch || crate::util::query_bool(&q, "watch");
     let verb = verb_of(req.method(), &t, watch);
+    // The client's deadline for the request (`?timeout=`, a Go duration), as kube-apiserver's request-deadline
+    // filter applies it to every request but a watch: what is not done by then is abandoned (an admission
+    // webhook still being called, a write not committed) and answered 504.
+    let deadline = match q.get("timeout").filter(|_| !watch) {
+        None => None,
+        Some(text) => match crate::util::parse_go_duration(text) {
+            Some(d) => Some(tokio::time::Instant::now() + d),
+            None => {
+                return ApiError::bad_request(format!("invalid timeout specified in the request URL: {text:?}"))
+                    .into_response()
+            }
+        },
+    };
+    match deadline {
+        None => serve_resource(st, req, rec, (t, verb, q), user).await,
+        Some(deadline) => {
+            match tokio::time::timeout_at(deadline, serve_resource(st, req, rec, (t, verb, q), user)).await {
+                Ok(response) => response,
+                Err(_) => ApiError::new(
+                    504,
+                    "Timeout",
+                    "request did not complete within requested timeout - context deadline exceeded",
+                )
+                .into_response(),
+            }
+        }
+    }
+}
+
+/// A request for a resource the server serves, from the injected faults on.
+async fn serve_resource(
+    st: &Arc<State>,
+    req: Request<Body>,
+    rec: &mut RequestRecord,
+    (t, verb, q): (Target, &'static str, Query),
+    user: crate::authz::User,
+) -> Response {
     rec.verb = verb.into();
     rec.group = t.def.group.clone();
     rec.resource = t.def.plural.clone();

@@ -124,6 +124,42 @@ pub fn parse_query(q: Option<&str>) -> std::collections::HashMap<String, String>
         .collect()
 }
 
+/// A Go duration as `time.ParseDuration` reads it (`1500ms`, `2s`, `1m30s`, `0.5s`); None when it is not
+/// one or is negative. Pure.
+pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    if rest == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    let mut seconds = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(number_end);
+        let value: f64 = number.parse().ok()?;
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_end);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        seconds += value * scale;
+        rest = tail;
+    }
+    std::time::Duration::try_from_secs_f64(seconds).ok()
+}
+
 pub fn query_bool(q: &std::collections::HashMap<String, String>, k: &str) -> bool {
     matches!(q.get(k).map(String::as_str), Some("true") | Some("1"))
 }
@@ -144,6 +180,18 @@ pub fn field_string(obj: &Value, path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn go_durations() {
+        use std::time::Duration;
+        assert_eq!(parse_go_duration("1500ms"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("0.5s"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        for bad in ["", "5", "-1s", "1x", "s", "1.2.3s"] {
+            assert_eq!(parse_go_duration(bad), None, "{bad:?}");
+        }
+    }
     #[test]
     fn rfc3339() {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");

@@ -135,7 +135,8 @@ impl WebhookClient {
         let key = (addr, host.clone(), pem.clone());
         if let Some(mut sender) = self.pooled(&key) {
             let req = request(true)?;
-            // A connection that broke since is dropped; the request then goes over a new one below.
+            // A connection that broke since, or that the webhook server told to go away, is dropped; the
+            // request then goes over a new one below.
             if let Ok(resp) = sender.send_request(req).await {
                 return finish(read(resp).await.map_err(fail)?, &fail);
             }
@@ -143,38 +144,67 @@ impl WebhookClient {
                 pool.remove(&key);
             }
         }
-        let tls_cfg = crate::tls::client_config_from_pem(&pem).map_err(fail)?;
-        let server_name =
-            ServerName::try_from(host.clone()).map_err(|e| fail(format!("invalid server name {host:?}: {e}")))?;
+        // As Go's HTTP/2 transport does, a request the server did not process (its connection was told to go
+        // away before the request was taken, or the stream was refused) is sent again over a new connection:
+        // at once the first time, then after 1, 2, 4 ... s, at most 6 times (a terminating webhook server
+        // sends a GOAWAY on every connection while its endpoint is being removed).
+        let mut retry = 0u32;
+        loop {
+            match self.fresh(&key, &request).await {
+                Ok(answer) => return finish(answer, &fail),
+                Err(Failed::Unprocessed(e)) if retry < 6 => {
+                    if retry > 0 {
+                        tokio::time::sleep(std::time::Duration::from_secs(1 << (retry - 1))).await;
+                    }
+                    retry += 1;
+                    tracing::debug!(%url, retry, error = %e, "webhook call not processed; retrying on a new connection");
+                }
+                Err(Failed::Unprocessed(e) | Failed::Other(e)) => return Err(fail(e)),
+            }
+        }
+    }
+
+    /// The review sent over a new connection to `key` (pooled when HTTP/2).
+    async fn fresh(
+        &self,
+        key: &ConnectionKey,
+        request: &(dyn Fn(bool) -> Result<axum::http::Request<Full<Bytes>>, String> + Sync),
+    ) -> Result<(u16, Bytes), Failed> {
+        let (addr, host, pem) = key;
+        let other = Failed::Other;
+        let tls_cfg = crate::tls::client_config_from_pem(pem).map_err(other)?;
+        let server_name = ServerName::try_from(host.clone())
+            .map_err(|e| Failed::Other(format!("invalid server name {host:?}: {e}")))?;
         let tcp = tokio::net::TcpStream::connect(addr)
             .await
-            .map_err(|e| fail(format!("dial tcp {addr}: {e}")))?;
+            .map_err(|e| Failed::Other(format!("dial tcp {addr}: {e}")))?;
         // As Go's dialer does by default: without it, a request's headers and body go as two small writes,
         // and the body waits for the ACK the webhook server delays (40 ms on Linux).
         let _ = tcp.set_nodelay(true);
         let tls = tokio_rustls::TlsConnector::from(Arc::new(tls_cfg))
             .connect(server_name, tcp)
             .await
-            .map_err(|e| fail(format!("tls: {e}")))?;
+            .map_err(|e| Failed::Other(format!("tls: {e}")))?;
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-        let req = request(h2)?;
-        let resp = if h2 {
+        let req = request(h2).map_err(other)?;
+        if h2 {
             let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
                 .await
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| Failed::Other(e.to_string()))?;
             // The connection lives on in the pool until the webhook server closes it.
             tokio::spawn(conn);
             if let Ok(mut pool) = self.connections.lock() {
-                pool.insert(key, sender.clone());
+                pool.insert(key.clone(), sender.clone());
             }
             match sender.send_request(req).await {
-                Ok(resp) => read(resp).await,
-                Err(e) => Err(e.to_string()),
+                Ok(resp) => read(resp).await.map_err(other),
+                Err(e) if unprocessed(&e) => Err(Failed::Unprocessed(e.to_string())),
+                Err(e) => Err(Failed::Other(e.to_string())),
             }
         } else {
             let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
                 .await
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| Failed::Other(e.to_string()))?;
             let conn_task = tokio::spawn(conn);
             let r = sender.send_request(req).await;
             let out = match r {
@@ -182,11 +212,31 @@ impl WebhookClient {
                 Err(e) => Err(e.to_string()),
             };
             conn_task.abort();
-            out
+            out.map_err(other)
         }
-        .map_err(fail)?;
-        finish(resp, &fail)
     }
+}
+
+/// Why a webhook call over a new connection failed.
+enum Failed {
+    /// The server did not process the request (it may be sent again).
+    Unprocessed(String),
+    Other(String),
+}
+
+/// Whether the webhook server did not process the request: its HTTP/2 connection was told to go away (a
+/// GOAWAY without an error) before the request's stream was taken, or the stream was refused.
+fn unprocessed(e: &hyper::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(h2) = cause.downcast_ref::<h2::Error>() {
+            let reason = h2.reason();
+            return (h2.is_go_away() && h2.is_remote() && reason == Some(h2::Reason::NO_ERROR))
+                || reason == Some(h2::Reason::REFUSED_STREAM);
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The review in a webhook's answer.

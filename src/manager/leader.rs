@@ -40,6 +40,10 @@ pub fn process_identity() -> String {
 /// Reconcile while holding the lease; stop reconciling when it is lost, resume when regained; publish
 /// whether this replica leads on `leading` (the webhook certificate keeper follows it). When `stop` is set:
 /// let the in-flight reconcile finish, then release the Lease, then return.
+///
+/// A term that ends because the Lease was lost (its right to write ended) ends at once: the in-flight
+/// pass is dropped (its writes are refused by the fence anyway) and `btpmanager_leader` turns 0 then, not
+/// once a pass stuck on an unanswered request gives up.
 pub async fn lead_and_reconcile(
     election: LeaderElection,
     ctx: Arc<Context>,
@@ -66,14 +70,16 @@ pub async fn lead_and_reconcile(
         }
         tracing::info!("leading: reconciling");
         ctx.metrics.set_leading(true);
-        let (mut lost, mut stopping) = (leader.clone(), stop.clone());
-        reconciler::run(ctx.clone(), async move {
-            tokio::select! {
-                _ = lost.wait_for(|l| !*l) => {}
-                _ = stopping.wait_for(|s| *s) => {}
-            }
-        })
-        .await;
+        let mut stopping = stop.clone();
+        let term = reconciler::run(ctx.clone(), async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        });
+        tokio::select! {
+            // Ended by the shutdown (the in-flight pass finished, or was given up), or by itself.
+            () = term => {}
+            // Lost: nothing of this term may go on.
+            _ = leader.wait_for(|l| !*l) => {}
+        }
         ctx.metrics.set_leading(false);
         if *stop.borrow() {
             break;
@@ -93,6 +99,14 @@ pub async fn lead_and_reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reconcilers_default_watch_limit_is_the_default_lease() {
+        assert_eq!(
+            crate::reconciler::context::DEFAULT_WATCH_FAILING_LIMIT,
+            DEFAULT_LEASE_DURATION
+        );
+    }
 
     #[test]
     fn the_identity_is_the_pod_name_and_sixteen_hex_digits() {

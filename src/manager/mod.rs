@@ -91,6 +91,8 @@ pub struct ManagerBuilder {
     /// With leader election: the first writes a follower may make ([`crate::first_writes`]), through a client
     /// of their own that the fence does not hold back.
     first_writes: Option<FirstWrites>,
+    /// `btpmanager_leader_election_conflicts_total`.
+    lease_conflicts: prometheus_client::metrics::counter::Counter,
 }
 
 impl ManagerBuilder {
@@ -107,6 +109,7 @@ impl ManagerBuilder {
         let webhook_metrics = WebhookMetrics::register(&mut registry);
         let metrics = ReconcileMetrics::register(&mut registry);
         let requests = RestMetrics::register(&mut registry);
+        let lease_conflicts = lease::register_conflicts(&mut registry);
         let identity = leader::process_identity();
         let fence = match options.leader_election {
             Some(_) => Fence::shut(),
@@ -129,7 +132,8 @@ impl ManagerBuilder {
             options.rbac_proxy_image.clone(),
             metrics,
             fence.clone(),
-        );
+        )
+        .with_watch_failing_limit(options.leader_election.unwrap_or(DEFAULT_LEASE_DURATION));
         let (leading, leads) = watch::channel(options.leader_election.is_none());
         Ok(Self {
             client,
@@ -142,6 +146,7 @@ impl ManagerBuilder {
             leading: Some(leading),
             leads,
             first_writes,
+            lease_conflicts,
         })
     }
 
@@ -180,6 +185,7 @@ impl ManagerBuilder {
             identity: self.identity.clone(),
             lease_duration,
             fence: self.fence.clone(),
+            conflicts: self.lease_conflicts.clone(),
         };
         // The Lease must be readable (and creatable) before we say we started.
         election.prepare().await.context("preparing leader election")?;
@@ -225,7 +231,7 @@ impl ManagerBuilder {
             ready: ready.clone(),
             live: live.clone(),
         };
-        let (webhook_addr, webhooks) = webhooks::start(&options.webhooks, wiring, &stop_rx).await?;
+        let (webhook_addr, webhooks) = webhooks::start(&options.webhooks, wiring, (&term, &stop_rx)).await?;
         // A task that ends before the shutdown fails `/healthz` (a panic, a server that stopped serving).
         let mut reconciler = reconciler;
         live.watch("the reconciler", task_alive(reconciler.handle(), &term));

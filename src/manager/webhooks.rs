@@ -201,12 +201,14 @@ pub struct Wiring<'a> {
     pub live: crate::ops::Liveness,
 }
 
-/// Bind, certify and register the webhook server, and serve it in the background until `stop`; returns the
-/// bound address and the server's task.
+/// Bind, certify and register the webhook server, and serve it in the background until `stop`, draining
+/// from `drain` on (the shutdown requested: every HTTP/2 connection told to go away at once, every HTTP/1.1
+/// response closing its connection, docs/behaviour.md#shutdown); returns the bound address and the server's
+/// task.
 pub async fn start(
     options: &WebhookOptions,
     wiring: Wiring<'_>,
-    stop: &watch::Receiver<bool>,
+    (drain, stop): (&watch::Receiver<bool>, &watch::Receiver<bool>),
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
     let Wiring {
         client,
@@ -271,12 +273,12 @@ pub async fn start(
         .with_metrics(metrics)
         .with_body_timeout(options.body_timeout);
     tracing::info!(address = %webhook_addr, "webhook server listening");
-    let server = tokio::spawn(btp_webhooks::server::serve_with(
+    let server = tokio::spawn(btp_webhooks::server::serve_draining(
         listener,
         server_config(cert)?,
         btp_webhooks::router(state),
-        options.limits.clone(),
-        Arc::default(),
+        (options.limits.clone(), Arc::default()),
+        stopped(drain.clone()),
         stopped(stop.clone()),
     ));
     Ok((webhook_addr, server))

@@ -17,6 +17,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// How long a store's watch may keep failing before the store answers nothing until it has listed again,
+/// unless the manager says otherwise ([`Context::with_watch_failing_limit`]): the default Lease duration
+/// (15 s; `manager::DEFAULT_LEASE_DURATION`, which this module does not import).
+pub const DEFAULT_WATCH_FAILING_LIMIT: Duration = Duration::from_secs(15);
+
 /// Shared state of the controller. What belongs to one leadership term (one run of
 /// [`super::controller::run`]) is kept apart, in [`Term`], and starts fresh with each run
 /// ([`Context::begin_term`]); the rest (client, flags, the manifests they name, metrics) lives as long as
@@ -35,6 +40,9 @@ pub struct Context {
     pub metrics: ReconcileMetrics,
     /// The right to write (docs/behaviour.md#leader-election): a pass begins only while it holds.
     pub fence: crate::fence::Fence,
+    /// How long a store's watch may keep failing before the store answers nothing until it has listed again
+    /// (docs/behaviour.md#the-read-path): one Lease duration.
+    pub watch_failing_limit: Duration,
     events: super::events::Events,
     /// This term's state.
     term: RwLock<Arc<Term>>,
@@ -98,9 +106,17 @@ impl Context {
             rbac_proxy_image,
             metrics,
             fence,
+            watch_failing_limit: DEFAULT_WATCH_FAILING_LIMIT,
             events,
             term: RwLock::new(Arc::new(term)),
         }
+    }
+
+    /// The same context, with a store's watch failing for `limit` (the Lease duration) making it answer
+    /// nothing until it has listed again.
+    pub fn with_watch_failing_limit(mut self, limit: Duration) -> Self {
+        self.watch_failing_limit = limit;
+        self
     }
 
     fn term(&self) -> Arc<Term> {

@@ -292,7 +292,12 @@ async fn control(ctx: Arc<Context>, shutdown: Pin<Box<dyn Future<Output = ()> + 
     )));
 
     // What passes read (super::view), its watches started before the first pass.
-    let started = super::view::start(&client, &config.chart_namespace, &config.secret_name);
+    let started = super::view::start(
+        &client,
+        &config.chart_namespace,
+        &config.secret_name,
+        ctx.watch_failing_limit,
+    );
     ctx.set_view(started.view);
     let _keep = crate::tasks::AbortOnDrop::new(tokio::spawn(started.keep));
     let reader = started.crs;

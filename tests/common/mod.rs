@@ -184,6 +184,11 @@ pub struct Env {
     /// The client the manager uses (see `StartOptions::manager_user`).
     pub manager_client: kube::Client,
     pub ctx: Arc<Context>,
+    /// Who sent what since this environment started: the embedded request log, or a real server's audit log
+    /// (`BTP_E2E_AUDIT_LOG`; None without one).
+    pub requests: Option<requests::Requests>,
+    /// The user the manager's requests are recorded under on a real cluster (its ServiceAccount).
+    pub manager_user_on_real: Option<String>,
     /// On a real cluster: the scheduler, kubelet and kube-proxy stand-ins (None on the embedded server, whose
     /// workload stand-in plays them, and where `BTP_E2E_REAL_OPERAND=1` says the cluster runs the operand).
     pub kubelet: Option<kubelet::Kubelet>,
@@ -265,6 +270,11 @@ impl Env {
             btp_apiserver::spawn_workload_controller(client.clone());
             operand::spawn_operand_starts(client.clone());
         }
+        let requests = match &server {
+            Some(server) => Some(requests::Requests::Embedded(server.request_log())),
+            None => requests::audit_log().map(requests::Requests::audit),
+        };
+        let manager_user_on_real = server.is_none().then(install::manager_user);
         let (ctx, stop, task) = spawn_manager(&manager_client, config.clone(), options.reconcile).await;
         let backend = match (server, serial) {
             (Some(server), _) => Backend::Embedded(server),
@@ -278,6 +288,8 @@ impl Env {
             client,
             manager_client,
             ctx,
+            requests,
+            manager_user_on_real,
             kubelet,
             config,
             stop: Some(stop),

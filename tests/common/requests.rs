@@ -56,15 +56,23 @@ impl Requests {
 
 /// Every completed request of the audit log, in the order the server finished them. A line that is not a
 /// complete event (the server may be writing it) ends the read.
+/// A long-running request (a watch) is recorded when its response starts (it completes only when it ends); its
+/// completion is then not counted again.
 fn read_audit(path: &std::path::Path) -> Vec<RequestRecord> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut out = Vec::new();
+    let mut started = std::collections::HashSet::new();
     for line in text.lines() {
         let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
             break;
         };
-        if event["stage"] != "ResponseComplete" {
-            continue;
+        let id = event["auditID"].as_str().unwrap_or_default().to_string();
+        match event["stage"].as_str() {
+            Some("ResponseStarted") => {
+                started.insert(id);
+            }
+            Some("ResponseComplete") if !started.contains(&id) => {}
+            _ => continue,
         }
         out.push(record(&event));
     }
@@ -85,6 +93,15 @@ fn record(event: &serde_json::Value) -> RequestRecord {
     let uri = s(&event["requestURI"]);
     let (path, query) = uri.split_once('?').unwrap_or((uri.as_str(), ""));
     let object = &event["objectRef"];
+    // A request of no resource: discovery, as the embedded server names it, or another path.
+    let verb = if object.is_null() {
+        let discovery = ["/api", "/apis", "/version", "/openapi"]
+            .iter()
+            .any(|p| path == *p || path.starts_with(&format!("{p}/")));
+        if discovery { "discovery" } else { "other" }.to_string()
+    } else {
+        verb
+    };
     let code = event["responseStatus"]["code"].as_u64().unwrap_or_default();
     RequestRecord {
         method: method.to_string(),

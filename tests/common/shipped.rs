@@ -48,7 +48,8 @@ impl RealCluster {
                 },
             )
             .await;
-            uninstall_commands(&cluster, &kubelet).await;
+            uninstall(&cluster).await;
+            drop(kubelet);
         }
         Some(cluster)
     }
@@ -259,12 +260,14 @@ impl Shipped {
 
     /// docs/install.md's "## Uninstalling", every command as written (the stand-ins finish the Pods).
     pub async fn uninstall(self, cluster: &RealCluster) {
-        uninstall_commands(cluster, &self.kubelet).await;
+        uninstall(cluster).await;
         drop(self.webhooks);
     }
 }
 
-async fn uninstall_commands(cluster: &RealCluster, _kubelet: &Kubelet) {
+/// docs/install.md's "## Uninstalling", every command as written. A manager Pod bound to a node ends only where
+/// the kubelet stand-in runs (unbound ones go at once).
+pub async fn uninstall(cluster: &RealCluster) {
     for command in documented_blocks("install.md", "## Uninstalling").into_iter().flatten() {
         run_ok(&cluster.kubeconfig, &command).await;
     }

@@ -84,6 +84,8 @@ pub struct Reply {
     pub body: Bytes,
     /// Negotiated version.
     pub version: http::Version,
+    /// The response's headers.
+    pub headers: http::HeaderMap,
 }
 
 impl Connection {
@@ -161,8 +163,23 @@ impl Connection {
         };
         let status = response.status();
         let version = response.version();
+        let headers = response.headers().clone();
         let body = response.into_body().collect().await?.to_bytes();
-        Ok(Reply { status, body, version })
+        Ok(Reply {
+            status,
+            body,
+            version,
+            headers,
+        })
+    }
+
+    /// Whether the connection has ended (the server closed it, or told an HTTP/2 client to go away and
+    /// then closed it): no request can be sent on it any more.
+    pub fn is_closed(&self) -> bool {
+        match &self.sender {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
     }
 
     /// POST a JSON body.

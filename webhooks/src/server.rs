@@ -1,6 +1,13 @@
 //! The HTTPS server: TLS handshake with rustls, then HTTP/1.1 or HTTP/2 (by ALPN) into an axum router.
 //! Graceful shutdown: stop accepting, let in-flight requests finish, close idle connections.
 //!
+//! Before it, a drain ([`serve_draining`]): the server goes on accepting and answering, but moves its clients
+//! elsewhere as soon as it starts: every HTTP/2 connection, open or opened during the drain, gets a GOAWAY at
+//! once (the requests the client sent before it saw the GOAWAY are still answered, and the client opens its
+//! next connection, through the Service, to another replica), and every HTTP/1.1 response carries
+//! `Connection: close`. An API server's pooled connection therefore leaves a terminating replica at the start
+//! of its drain, not when the connection is closed under it at the end (admission calls are not retried).
+//!
 //! Hostile clients cost bounded resources ([`Limits`]): a TLS handshake timeout, an HTTP/1.1 header read
 //! timeout, an idle timeout (no byte moved in either direction), a cap on open connections, HTTP/2
 //! stream, header-list and frame limits; request bodies are limited by the handlers (3 MiB, refused
@@ -128,12 +135,30 @@ pub async fn serve_with(
     stats: Arc<Stats>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_draining(listener, tls, app, (limits, stats), std::future::pending(), shutdown).await
+}
+
+/// [`serve_with`], and from when `drain` resolves until `shutdown` does, a drain (see the module
+/// documentation): still accepting and answering, every HTTP/2 connection told to go away (GOAWAY) at once,
+/// every HTTP/1.1 response with `Connection: close`.
+pub async fn serve_draining(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    (limits, stats): (Limits, Arc<Stats>),
+    drain: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let acceptor = TlsAcceptor::from(tls);
     let limits = Arc::new(limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (drain_tx, drain_rx) = watch::channel(false);
+    let app = close_http1_while(app, drain_rx.clone());
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
+    tokio::pin!(drain);
+    let mut draining = false;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -160,19 +185,24 @@ pub async fn serve_with(
                 let _ = tcp.set_nodelay(true);
                 connections.spawn(connection(
                     acceptor.clone(),
-                    tcp,
-                    peer,
+                    (tcp, peer),
                     app.clone(),
                     limits.clone(),
                     open,
-                    stop_rx.clone(),
+                    (drain_rx.clone(), stop_rx.clone()),
                 ));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = &mut drain, if !draining => {
+                draining = true;
+                tracing::info!(open = connections.len(), "draining: HTTP/2 connections told to go away, HTTP/1.1 responses close");
+                let _ = drain_tx.send(true);
+            }
             () = &mut shutdown => break,
         }
     }
     drop(listener);
+    let _ = drain_tx.send(true);
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while connections.join_next().await.is_some() {}
@@ -188,6 +218,26 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// `app`, whose HTTP/1.x responses carry `Connection: close` once `drain` says so (hyper then closes the
+/// connection after the response).
+fn close_http1_while(app: Router, drain: watch::Receiver<bool>) -> Router {
+    app.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let drain = drain.clone();
+            async move {
+                let http1 = request.version() < http::Version::HTTP_2;
+                let mut response = next.run(request).await;
+                if http1 && *drain.borrow() {
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                }
+                response
+            }
+        },
+    ))
+}
+
 /// One open connection: holds its slot under [`Limits::max_connections`] and counts itself in [`Stats`].
 struct Open {
     _slot: OwnedSemaphorePermit,
@@ -200,19 +250,19 @@ impl Drop for Open {
     }
 }
 
-/// One connection, served until it ends or `stop` says so. A boxed future, so that the connection's code
-/// (TLS, HTTP/1.1 and HTTP/2, the router) is compiled once, in this crate: spawned from [`serve_with`] as
-/// an `async fn`, it would be compiled again into every binary, test and benchmark that serves.
+/// One connection, served until it ends or `stop` says so; an HTTP/2 one is told to go away when `drain`
+/// says so. A boxed future, so that the connection's code (TLS, HTTP/1.1 and HTTP/2, the router) is compiled
+/// once, in this crate: spawned from [`serve_draining`] as an `async fn`, it would be compiled again into
+/// every binary, test and benchmark that serves.
 fn connection(
     acceptor: TlsAcceptor,
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
+    (tcp, peer): (tokio::net::TcpStream, SocketAddr),
     app: Router,
     limits: Arc<Limits>,
     open: Open,
-    stop: watch::Receiver<bool>,
+    (drain, stop): (watch::Receiver<bool>, watch::Receiver<bool>),
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(run_connection(acceptor, tcp, peer, app, limits, open, stop))
+    Box::pin(run_connection(acceptor, tcp, peer, app, limits, open, (drain, stop)))
 }
 
 async fn run_connection(
@@ -222,7 +272,7 @@ async fn run_connection(
     app: Router,
     limits: Arc<Limits>,
     open: Open,
-    mut stop: watch::Receiver<bool>,
+    (mut drain, mut stop): (watch::Receiver<bool>, watch::Receiver<bool>),
 ) {
     let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
@@ -252,6 +302,7 @@ async fn run_connection(
         .max_frame_size(limits.h2_max_frame_size)
         .max_send_buf_size(limits.h2_max_send_buf_size);
     // ALPN decides the protocol; only a client that negotiated none is sniffed.
+    let http2 = alpn.as_deref() == Some(b"h2");
     let builder = match alpn.as_deref() {
         Some(b"h2") => builder.http2_only(),
         Some(_) => builder.http1_only(),
@@ -264,21 +315,37 @@ async fn run_connection(
     });
     let conn = builder.serve_connection(io, TowerToHyperService::new(app));
     tokio::pin!(conn);
-    tokio::select! {
-        result = conn.as_mut() => {
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
+    // Only an HTTP/2 connection (by ALPN) is told to go away when the drain starts: hyper sends the GOAWAY
+    // once its handshake is done, and answers every request the client sent before it saw it. An HTTP/1.1
+    // connection closes after its next response (`Connection: close`); one whose protocol is still being
+    // sniffed would be dropped by a graceful shutdown, so it is left to the end.
+    let mut going_away = !http2;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
+                }
+                break;
             }
-        }
-        _ = stopped(&mut stop) => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-        () = activity.idle_for(limits.idle_timeout) => {
-            open.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, timeout = ?limits.idle_timeout, "closing an idle webhook connection");
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, conn.as_mut()).await;
+            _ = stopped(&mut drain), if !going_away => {
+                going_away = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = stopped(&mut stop) => {
+                if !going_away || !http2 {
+                    conn.as_mut().graceful_shutdown();
+                }
+                let _ = conn.await;
+                break;
+            }
+            () = activity.idle_for(limits.idle_timeout) => {
+                open.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%peer, timeout = ?limits.idle_timeout, "closing an idle webhook connection");
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, conn.as_mut()).await;
+                break;
+            }
         }
     }
     drop(open);

@@ -399,6 +399,75 @@ async fn graceful_shutdown_finishes_and_stops_accepting() {
     );
 }
 
+async fn healthz(conn: &mut Connection) -> Result<btp_webhooks::client::Reply, btp_webhooks::client::ClientError> {
+    conn.send(Method::GET, "/healthz", None, Bytes::new()).await
+}
+
+/// The drain of a terminating replica: the server goes on accepting and answering, but every HTTP/2
+/// connection, open or opened during the drain, is told to go away (GOAWAY) at once, so that a client's next
+/// connection goes to another replica; every HTTP/1.1 response carries `Connection: close`.
+#[tokio::test]
+async fn a_drain_sends_every_connection_away_at_once_and_keeps_answering() {
+    let mut server = TestServer::start().await;
+    let mut h2_open = server.connect(Protocol::Http2).await;
+    let mut h1_open = server.connect(Protocol::Http1).await;
+    assert_eq!(healthz(&mut h2_open).await.unwrap().status, 200);
+    let before = healthz(&mut h1_open).await.unwrap();
+    assert_eq!(before.status, 200);
+    assert!(
+        before.headers.get(http::header::CONNECTION).is_none(),
+        "kept alive before the drain"
+    );
+
+    server.drain();
+    // The pooled HTTP/2 connection leaves now, not when the server stops.
+    wait_until(
+        Duration::from_secs(10),
+        "the open HTTP/2 connection told to go away",
+        || std::future::ready(h2_open.is_closed()),
+    )
+    .await;
+    // An HTTP/2 connection opened during the drain is answered, then told to go away too.
+    let mut h2_new = server.connect(Protocol::Http2).await;
+    assert_eq!(
+        healthz(&mut h2_new).await.unwrap().status,
+        200,
+        "answered during the drain"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the new HTTP/2 connection told to go away",
+        || std::future::ready(h2_new.is_closed()),
+    )
+    .await;
+    // HTTP/1.1, open or new: answered, with `Connection: close`, and closed after.
+    let mut h1_new = server.connect(Protocol::Http1).await;
+    for (which, conn) in [("open", &mut h1_open), ("new", &mut h1_new)] {
+        let reply = healthz(conn).await.unwrap();
+        assert_eq!(reply.status, 200, "{which}");
+        assert_eq!(
+            reply.headers.get(http::header::CONNECTION).map(|v| v.as_bytes()),
+            Some(&b"close"[..]),
+            "{which}"
+        );
+        wait_until(
+            Duration::from_secs(10),
+            "the HTTP/1.1 connection closed after its response",
+            || std::future::ready(conn.is_closed()),
+        )
+        .await;
+    }
+    // A review is still answered: admission works until the drain ends.
+    let mut h2_review = server.connect(Protocol::Http2).await;
+    let review = btp_review("CREATE", "kyma-system", "btpoperator", "drain-1");
+    let reply = h2_review.post_json("/validate", review.to_string()).await.unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(server.stats.refused(), 0);
+    tokio::time::timeout(Duration::from_secs(10), server.shutdown())
+        .await
+        .expect("the shutdown after a drain is prompt");
+}
+
 #[tokio::test]
 async fn request_durations_are_recorded_by_webhook_and_verdict() {
     use btp_webhooks::handlers::{FixedServiceCounter, WebhookState};

@@ -404,16 +404,13 @@ impl Cluster<'_> {
         let patch = Patch::Apply(obj);
         let view = self.ctx.view();
         let key = key(obj, &self.ctx.kinds());
-        if let Some(view) = &view {
-            // Its watch may deliver this write before the answer: an echo of ours all the same.
-            view.writing(&key);
-        }
+        // Its watch may deliver this write before the answer: an echo of ours all the same. Dropped
+        // unanswered (a failure, or the pass dropped), it leaves nothing pending.
+        let writing = view.as_deref().map(|view| view.writing(&key));
         let applied = retrying(|| api.patch(&name, &params, &patch)).await;
-        match (&applied, view) {
+        if let (Ok(applied), Some(writing)) = (&applied, writing) {
             // Read from the API server until the store shows this write.
-            (Ok(applied), Some(view)) => view.wrote(&key, &applied.metadata),
-            (Err(_), Some(view)) => view.write_failed(&key),
-            (_, None) => {}
+            writing.wrote(&applied.metadata);
         }
         applied
             .map(|applied| (key, serde_json::to_value(applied).ok()))

@@ -200,14 +200,10 @@ impl Cluster<'_> {
             // Its watch delivers this write back: an echo of ours, not a change that may cut a backoff short.
             let key = ObjectKey::core("Secret", &self.config.chart_namespace, &self.config.secret_name);
             let view = self.ctx.view();
-            if let Some(view) = &view {
-                view.writing(&key);
-            }
+            let writing = view.as_deref().map(|view| view.writing(&key));
             let patched = retrying(|| secrets.patch(&self.config.secret_name, &params, &patch)).await;
-            match (&patched, &view) {
-                (Ok(patched), Some(view)) => view.wrote(&key, &patched.metadata),
-                (Err(_), Some(view)) => view.write_failed(&key),
-                (_, None) => {}
+            if let (Ok(patched), Some(writing)) = (&patched, writing) {
+                writing.wrote(&patched.metadata);
             }
             patched
                 .map_err(api_err("annotating the required Secret"))

@@ -1,6 +1,7 @@
 //! One watch-fed store and what its watch sees ([`Kept`]): which objects it can answer for, and how it
 //! answers under the read-your-writes rule of [`super::pending`].
 
+use super::health::Health;
 use super::key::{ObjectKey, Read};
 use super::pending::{trust, Pending, StoreId, Trust};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -51,6 +52,8 @@ where
     label: Option<(String, String)>,
     selection: Selection,
     store: Store<K>,
+    /// Whether its watch runs ([`super::health`]).
+    health: Health,
 }
 
 /// Whether `store` has finished its first list (a store answers only from then on).
@@ -71,13 +74,14 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    /// Store `id`: `store`, of `kind` in `apiVersion`, fed by a watch on `scope` that selects `selection`.
+    /// Store `id`: `store`, of `kind` in `apiVersion`, fed by a watch on `scope` that selects `selection`,
+    /// whose health is `health`.
     pub fn new(
         id: StoreId,
         (api_version, kind): (&str, &str),
         dyntype: K::DynamicType,
         scope: Scope<'_>,
-        selection: Selection,
+        (selection, health): (Selection, Health),
         store: Store<K>,
     ) -> Self {
         Self {
@@ -91,12 +95,25 @@ where
             label: scope.label.map(|(k, v)| (k.to_string(), v.to_string())),
             selection,
             store,
+            health,
         }
     }
 
     /// Whether the first list is done.
     pub fn listed(&self) -> bool {
         listed(&self.store)
+    }
+
+    /// Its watch's health.
+    #[cfg(test)]
+    pub(super) fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Whether the store answers reads: it has listed, and its watch runs (or has listed again since it
+    /// could not).
+    pub fn answers(&self) -> bool {
+        self.listed() && self.health.answers()
     }
 
     /// The key of `obj`, as this store holds it.
@@ -135,11 +152,11 @@ where
     }
 
     /// `key` from this store, under the read-your-writes rule: [`Read::NotKnown`] when the key is outside
-    /// what the watch sees, before the first list, or while the store has not caught up with what this
-    /// process saw of it directly. An absence from a store that selects only some objects is an answer
+    /// what the watch sees, before the first list, while its watch cannot run, or while the store has not
+    /// caught up with what this process saw of it directly. An absence from a store that selects only some objects is an answer
     /// only when `certain_absence` is not asked for.
     pub fn get(&self, pending: &Pending, key: &ObjectKey, certain_absence: bool) -> Read<Arc<K>> {
-        if !self.covers(key) || !self.listed() {
+        if !self.covers(key) || !self.answers() {
             return Read::NotKnown;
         }
         let entry = (self.id, key.clone());
@@ -159,9 +176,10 @@ where
     }
 
     /// Every object the store holds, unless it has not caught up with something this process saw directly
-    /// of an object in its scope (or has not listed yet): then [`Read::NotKnown`]. Never [`Read::Absent`].
+    /// of an object in its scope (or has not listed yet, or its watch cannot run): then [`Read::NotKnown`].
+    /// Never [`Read::Absent`].
     pub fn list(&self, pending: &Pending) -> Read<Vec<Arc<K>>> {
-        if !self.listed() {
+        if !self.answers() {
             return Read::NotKnown;
         }
         let mut entries = pending.lock();
@@ -189,7 +207,7 @@ pub trait AnyKept: Send + Sync {
     fn admits(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool;
     /// Whether `key` is of the store's kind and in the scope its watch sees.
     fn covers(&self, key: &ObjectKey) -> bool;
-    /// Whether the store, listed, shows `key` at `resource_version` (None: absent).
+    /// Whether the store, answering, shows `key` at `resource_version` (None: absent).
     fn shows(&self, key: &ObjectKey, resource_version: Option<&str>) -> bool;
     /// The keys of every object the store holds of `kind` in `apiVersion`.
     fn held(&self, api_version: &str, kind: &str) -> Vec<ObjectKey>;
@@ -220,7 +238,7 @@ where
     }
 
     fn shows(&self, key: &ObjectKey, resource_version: Option<&str>) -> bool {
-        self.covers(key) && self.listed() && self.stored(key).as_deref().and_then(version) == resource_version
+        self.covers(key) && self.answers() && self.stored(key).as_deref().and_then(version) == resource_version
     }
 
     fn held(&self, api_version: &str, kind: &str) -> Vec<ObjectKey> {

@@ -5,11 +5,13 @@
 //! and pods, and the API server's EndpointSlices ([`start`] builds them with the term).
 //!
 //! One rule for every store: a read answers [`Read::Present`] or [`Read::Absent`] only from a store that
-//! has finished its first list, that sees the object (its watch selects it), and that has caught up with
+//! has finished its first list, whose watch runs (`health.rs`: not refused for good, not failing for longer
+//! than a Lease duration, or listed again since), that sees the object (its watch selects it), and that has caught up with
 //! whatever this process last wrote, deleted or read of that object directly ([`pending`]); otherwise it
 //! answers [`Read::NotKnown`] and [`read_through`] asks the API server, raced with the store catching up.
 //! Every write or delete a pass sends is recorded here before and after it is sent
-//! ([`ClusterView::writing`], [`ClusterView::wrote`], [`ClusterView::deleted`]).
+//! ([`ClusterView::writing`], [`Writing::wrote`], [`ClusterView::deleted`]); a write dropped unanswered
+//! leaves nothing pending.
 //!
 //! Every change a store takes of an object whose change matters brings a pass ([`Started::changes`]), so a
 //! pass that decided from a copy a moment old runs again with the change.
@@ -19,19 +21,21 @@
 //! (`kinds.rs`, once per term) and the runtime ConfigMap the controller reads before a term starts.
 //!
 //! This file only declares and re-exports: the view and [`read_through`] are in `stores.rs`, the rule in
-//! `pending.rs`, one store in `kept.rs`, the watches in `start.rs`.
+//! `pending.rs`, one store in `kept.rs`, whether its watch runs in `health.rs`, the watches in `start.rs`.
 
+mod health;
 mod kept;
 mod key;
 mod pending;
 mod start;
 mod stores;
 
+pub use health::{failure_code, WatchHealth, FAILURE_RUN_GAP};
 pub use kept::{listed, Selection};
 pub use key::{group_of, ObjectKey, Read};
 pub use pending::{cause_of_change, trust, Seen, Trust};
 pub use start::{start, Started};
-pub use stores::{cr_key, read_through, ClusterView, MODULE_KINDS};
+pub use stores::{cr_key, read_through, ClusterView, Writing, MODULE_KINDS};
 
 #[cfg(test)]
 mod tests;

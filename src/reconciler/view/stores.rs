@@ -138,13 +138,20 @@ impl ClusterView {
         self.stores().filter(move |s| s.covers(key))
     }
 
-    /// This process is about to write `key`: until the write's answer is recorded ([`ClusterView::wrote`]),
+    /// This process is about to write `key`: until the write's answer is recorded ([`Writing::wrote`]),
     /// every version a watch delivers of it is an echo of ours (the watch may deliver the write before its
-    /// answer arrives), and reads of it go to the API server. [`ClusterView::write_failed`] undoes it.
-    pub fn writing(&self, key: &ObjectKey) {
+    /// answer arrives), and reads of it go to the API server. A write that fails, or is dropped unanswered
+    /// (its pass ran out of its budget, its term ended), leaves nothing pending: the returned [`Writing`]
+    /// undoes the record when it is dropped without an answer.
+    pub fn writing(&self, key: &ObjectKey) -> Writing<'_> {
         for store in self.keeping(key) {
             self.pending
                 .record((store.id(), key.clone()), Seen::InFlight, |_| false);
+        }
+        Writing {
+            view: self,
+            key: key.clone(),
+            answered: false,
         }
     }
 
@@ -250,6 +257,33 @@ impl ClusterView {
                 return answer;
             }
             changed.await;
+        }
+    }
+}
+
+/// A write of this process in flight ([`ClusterView::writing`]): its answer is recorded with
+/// [`Writing::wrote`]; dropped without one (the write failed, or the future that sent it was dropped), it
+/// leaves nothing pending, so that later changes of the object are not taken for echoes of a write that
+/// may never have happened.
+#[must_use = "a write in flight is undone when this is dropped"]
+pub struct Writing<'a> {
+    view: &'a ClusterView,
+    key: ObjectKey,
+    answered: bool,
+}
+
+impl Writing<'_> {
+    /// The write answered `answer` ([`ClusterView::wrote`]).
+    pub fn wrote(mut self, answer: &ObjectMeta) {
+        self.answered = true;
+        self.view.wrote(&self.key, answer);
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.view.write_failed(&self.key);
         }
     }
 }

@@ -39,6 +39,11 @@ fn in_ns() -> Scope<'static> {
     }
 }
 
+/// A store's health, its watch running.
+fn healthy() -> super::health::Health {
+    super::health::Health::new(std::time::Duration::from_secs(15))
+}
+
 fn everywhere(name: Option<&'static str>) -> Scope<'static> {
     Scope {
         namespace: None,
@@ -62,7 +67,14 @@ fn module_store(
         label: OURS.filter(|_| selection == Selection::Some),
         ..in_ns()
     };
-    let kept = Kept::new(id, (api_version, kind), resource, scope, selection, writer.as_reader());
+    let kept = Kept::new(
+        id,
+        (api_version, kind),
+        resource,
+        scope,
+        (selection, healthy()),
+        writer.as_reader(),
+    );
     (kept, writer)
 }
 
@@ -83,7 +95,7 @@ fn fed() -> Fed {
             (&cr_version, btp_api::names::KIND),
             (),
             everywhere(None),
-            Selection::Everything,
+            (Selection::Everything, healthy()),
             crs.as_reader(),
         ),
         credentials: Kept::new(
@@ -94,7 +106,7 @@ fn fed() -> Fed {
                 name: Some("sap-btp-manager"),
                 ..in_ns()
             },
-            Selection::Some,
+            (Selection::Some, healthy()),
             credentials.as_reader(),
         ),
         module: vec![secret_store, policy_store],
@@ -103,7 +115,7 @@ fn fed() -> Fed {
             ("v1", "Secret"),
             (),
             everywhere(Some(crate::reconciler::drift::CLUSTER_ID_SECRET)),
-            Selection::Some,
+            (Selection::Some, healthy()),
             clusterid.as_reader(),
         ),
         operand_secrets: Kept::new(
@@ -114,16 +126,23 @@ fn fed() -> Fed {
                 label: OURS,
                 ..everywhere(Some(crate::reconciler::drift::OPERAND_SECRET))
             },
-            Selection::Some,
+            (Selection::Some, healthy()),
             operand_secrets.as_reader(),
         ),
-        pods: Kept::new(6, ("v1", "Pod"), (), in_ns(), Selection::Some, pods.as_reader()),
+        pods: Kept::new(
+            6,
+            ("v1", "Pod"),
+            (),
+            in_ns(),
+            (Selection::Some, healthy()),
+            pods.as_reader(),
+        ),
         slices: Kept::new(
             7,
             ("discovery.k8s.io/v1", "EndpointSlice"),
             (),
             everywhere(None),
-            Selection::Some,
+            (Selection::Some, healthy()),
             slices.as_reader(),
         ),
     };
@@ -296,7 +315,7 @@ fn a_write_the_store_already_shows_leaves_nothing_pending() {
     let r = secret_resource();
     listed(&mut f.secrets, vec![]);
     let k = secret("ca-server-cert");
-    f.view.writing(&k);
+    let writing = f.view.writing(&k);
     // The watch delivers the write before its answer is recorded.
     f.secrets
         .apply_watcher_event(&Event::Apply(object(&r, "ca-server-cert", "5")));
@@ -305,7 +324,7 @@ fn a_write_the_store_already_shows_leaves_nothing_pending() {
         Cause::Ours,
         "in flight"
     );
-    f.view.wrote(&k, &answer("5"));
+    writing.wrote(&answer("5"));
     assert!(f.view.pending.lock().is_empty(), "the store shows it: nothing pending");
     assert_eq!(
         f.view.pending.delivered(&(0, k.clone()), Some("6")),
@@ -313,17 +332,74 @@ fn a_write_the_store_already_shows_leaves_nothing_pending() {
         "a later change is someone else's"
     );
     // A failed write leaves nothing behind either.
-    f.view.writing(&k);
-    f.view.write_failed(&k);
+    let writing = f.view.writing(&k);
+    assert_eq!(f.view.pending.lock().len(), 1);
+    drop(writing);
     assert!(f.view.pending.lock().is_empty());
+}
+
+#[tokio::test]
+async fn a_write_dropped_with_its_pass_is_not_left_pending() {
+    use crate::reconciler::gate::Cause;
+    let mut f = fed();
+    let r = secret_resource();
+    listed(&mut f.secrets, vec![object(&r, "sap-btp-service-operator", "4")]);
+    let k = secret("sap-btp-service-operator");
+    // A pass's write that never answers, dropped when the pass runs out of its budget.
+    let pass = async {
+        let _writing = f.view.writing(&k);
+        std::future::pending::<()>().await;
+    };
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(10), pass)
+        .await
+        .is_err());
+    assert!(
+        f.view.pending.lock().is_empty(),
+        "nothing of the dropped write is pending"
+    );
+    // A person's change is theirs (it brings a pass at once), not an echo of the dropped write.
+    f.secrets
+        .apply_watcher_event(&Event::Apply(object(&r, "sap-btp-service-operator", "9")));
+    assert_eq!(f.view.pending.delivered(&(0, k.clone()), Some("9")), Cause::Theirs);
+    assert_eq!(
+        version(f.view.module_object(&k, false)),
+        Some(Some(Value::from("9"))),
+        "and the store answers for it"
+    );
+}
+
+#[test]
+fn a_store_whose_watch_cannot_run_answers_nothing_until_it_has_listed_again() {
+    let mut f = fed();
+    let r = secret_resource();
+    listed(&mut f.secrets, vec![object(&r, "sap-btp-service-operator", "4")]);
+    let k = secret("sap-btp-service-operator");
+    assert_eq!(version(f.view.module_object(&k, false)), Some(Some(Value::from("4"))));
+    assert_eq!(f.view.module_object(&secret("gone"), false), Read::Absent);
+    // Its watch is refused (an RBAC change): the copy it holds is nobody's truth any more.
+    f.view.module[0].health().failed(Some(403));
+    assert_eq!(f.view.module_object(&k, false), Read::NotKnown);
+    assert_eq!(
+        f.view.module_object(&secret("gone"), false),
+        Read::NotKnown,
+        "an absence neither"
+    );
+    // Listed again (the watch started anew): it answers again.
+    listed(&mut f.secrets, vec![]);
+    f.view.module[0].health().listed();
+    assert_eq!(f.view.module_object(&k, false), Read::Absent);
+    // The same for the stores answered as lists.
+    listed(&mut f.pods, vec![]);
+    assert!(f.view.operand_pods(NS).known().is_some());
+    f.view.pods.health().failed(Some(404));
+    assert_eq!(f.view.operand_pods(NS), Read::NotKnown);
 }
 
 #[test]
 fn what_no_store_sees_is_not_recorded() {
     let f = fed();
     let k = ObjectKey::new("example.com/v1", "Widget", Some(NS), "w");
-    f.view.writing(&k);
-    f.view.wrote(&k, &answer("3"));
+    f.view.writing(&k).wrote(&answer("3"));
     assert!(
         f.view.pending.lock().is_empty(),
         "nothing would ever clear it, and nothing reads it from a store"
@@ -485,8 +561,7 @@ fn a_write_is_waited_for_only_in_the_stores_whose_watch_selects_it() {
         ),
         ..ObjectMeta::default()
     };
-    f.view.writing(&k);
-    f.view.wrote(&k, &broker);
+    f.view.writing(&k).wrote(&broker);
     let ids: Vec<usize> = f.view.pending.lock().keys().map(|(id, _)| *id).collect();
     assert_eq!(ids, vec![3], "only the credentials store waits for it");
     // A delete of something a store does not hold leaves nothing to wait for in that store.

@@ -39,6 +39,7 @@ pub struct TestServer {
     pub cert: Arc<SwappableCert>,
     pub ca: CertPair,
     pub stats: Arc<Stats>,
+    drain: Option<tokio::sync::oneshot::Sender<()>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
@@ -77,14 +78,20 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (drain, drained) = tokio::sync::oneshot::channel::<()>();
         let app = btp_webhooks::router(state);
         let stats = Arc::new(Stats::default());
-        let task = tokio::spawn(btp_webhooks::server::serve_with(
+        let task = tokio::spawn(btp_webhooks::server::serve_draining(
             listener,
             tls,
             app,
-            limits,
-            stats.clone(),
+            (limits, stats.clone()),
+            async move {
+                // Dropped without a drain (a plain shutdown): no drain.
+                if drained.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            },
             async move {
                 let _ = stopped.await;
             },
@@ -94,8 +101,16 @@ impl TestServer {
             cert,
             ca,
             stats,
+            drain: Some(drain),
             stop: Some(stop),
             task: Some(task),
+        }
+    }
+
+    /// Start the drain (the manager's SIGTERM): the server goes on serving until [`TestServer::shutdown`].
+    pub fn drain(&mut self) {
+        if let Some(drain) = self.drain.take() {
+            let _ = drain.send(());
         }
     }
 

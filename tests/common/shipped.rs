@@ -97,24 +97,22 @@ pub async fn run(kubeconfig: &Path, command: &[String]) -> Output {
     if command[0] == "kubectl" {
         // The subcommand: the first argument that is not a flag or a flag's value (`kubectl -n ns rollout ...`).
         let mut args = command[1..].iter().map(String::as_str);
-        let mut subcommand = None;
+        let mut subcommand = Vec::new();
         while let Some(a) = args.next() {
             match a {
                 "-n" | "--namespace" => {
                     args.next();
                 }
                 flag if flag.starts_with('-') => {}
-                other => {
-                    subcommand = Some(other);
-                    break;
-                }
+                word if subcommand.len() < 2 => subcommand.push(word),
+                _ => {}
             }
         }
-        match subcommand {
-            Some("delete") => {
+        match subcommand[..] {
+            ["delete", ..] => {
                 cmd.arg("--timeout=120s");
             }
-            Some("rollout") if !command.iter().any(|a| a.starts_with("--timeout")) => {
+            ["rollout", "status"] if !command.iter().any(|a| a.starts_with("--timeout")) => {
                 cmd.arg("--timeout=180s");
             }
             _ => {}

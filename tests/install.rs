@@ -1054,9 +1054,12 @@ async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
     apply_kustomization(&kubeconfig, "deploy/namespace");
     apply_file(&kubeconfig, "tests/fixtures/go-install.yaml");
     apply_deploy(&kubeconfig);
-    let commands = documented_commands("upgrading.md", "## How to switch");
+    // The guide's install (its first block) is what `apply_deploy` did; then the deletes (its second).
+    let blocks = documented_blocks("upgrading.md", "## How to switch");
+    assert_eq!(blocks.len(), 2, "install and wait, then delete: {blocks:?}");
+    let commands = &blocks[1];
     assert!(commands.len() >= 4, "{commands:?}");
-    for command in &commands {
+    for command in commands {
         assert_eq!(command[1], "delete", "the switch only deletes: {command:?}");
         run_documented(&kubeconfig, command);
     }
@@ -1110,12 +1113,12 @@ async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
 /// docs/upgrading.md#rolling-back-to-the-go-btp-manager on a cluster this manager provisioned (running as its
 /// Pod): after the documented steps (RSA certificates first, then stop and unregister) a BtpOperator create is
 /// accepted with no manager running, the operand runs as before with certificates the Go manager can renew,
-/// the CR and the CRD are there, and nothing of this manager's is registered. Installing the Go manager is
-/// the last step and not played.
+/// the CR and the CRD are there, and nothing of this manager's is registered. Then the Go install again: the
+/// Go manager leads with its own RBAC and nothing of ours writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_registered() {
     if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
+        skip("runs on an embedded API server it starts (the rollback on a real cluster: migration::the_switch_completes_while_the_go_manager_renews_its_lease)");
         return;
     }
     use k8s_openapi::api::apps::v1::Deployment;
@@ -1251,6 +1254,53 @@ async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_
         .iter()
         .any(|f| f == names::FINALIZER));
     assert!(cr.metadata.deletion_timestamp.is_none());
+
+    // Finally the Go manager, installed as it was (the Go install's objects replace the shared ones in place),
+    // its Pod played as client-go runs its leader election, with the ServiceAccount's RBAC as the Go install
+    // leaves it: it takes the Lease (ours expires: the manager's process was killed, not stopped) and keeps
+    // renewing it, and nothing of ours writes.
+    use common::go_lease::{go_client, GoLeader, LEASE_DURATION, RETRY_PERIOD};
+    let log = installed.server.request_log();
+    let rolled_back = log.len();
+    apply_file(kubeconfig, "tests/fixtures/go-install.yaml");
+    let go = GoLeader::start(
+        go_client(installed.server.kube_config_as(&manager_user())),
+        names::KYMA_SYSTEM,
+        "btp-manager-controller-manager-go",
+    );
+    eventually(
+        LEASE_DURATION + RETRY_PERIOD * 4,
+        "the Go manager leads and renews its Lease",
+        || async {
+            common::replica::lease_holder(&client, names::KYMA_SYSTEM).await == "btp-manager-controller-manager-go"
+                && go.record().renewed.len() >= 3
+        },
+    )
+    .await;
+    let record = go.record();
+    assert!(
+        record.refused.is_empty() && !record.lost,
+        "the Go install's RBAC allows every renewal: {:?}",
+        record.refused
+    );
+    let role: k8s_openapi::api::rbac::v1::Role = Api::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .get("btp-manager-leader-election-role")
+        .await
+        .unwrap();
+    assert!(
+        role.rules
+            .unwrap_or_default()
+            .iter()
+            .any(|r| r.verbs.contains(&"update".to_string())),
+        "the leader-election Role is the Go install's own again (its PUT needs update)"
+    );
+    let ours: Vec<String> = log
+        .since(rolled_back)
+        .into_iter()
+        .filter(|r| r.changed && r.user_agent.starts_with("btp-manager/"))
+        .map(|r| format!("{} {} {}/{}", r.verb, r.resource, r.namespace, r.name))
+        .collect();
+    assert!(ours.is_empty(), "nothing of ours writes after the rollback: {ours:#?}");
 }
 
 /// `btp-manager uninstall --keep-operand` with `kubeconfig` (and `extra` flags): its stdout; panics when it fails.

@@ -55,6 +55,20 @@ impl RealCluster {
     }
 }
 
+impl RealCluster {
+    /// What a test left on purpose (a CR kept for the next manager, a `deploy/` scaled to zero) removed as
+    /// [`RealCluster::connect`] removes what a failed test left: the harness's cleanup, then the documented
+    /// uninstall where `deploy/` is installed.
+    pub async fn leave_clean(self) {
+        super::cleanup(&self.client, &[]).await;
+        let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+            kube::Api::namespaced(self.client.clone(), names::KYMA_SYSTEM);
+        if deployments.get_opt(DEPLOYMENT).await.ok().flatten().is_some() {
+            uninstall(&self).await;
+        }
+    }
+}
+
 /// The manager's Deployment (`deploy/deployment.yaml`).
 pub const DEPLOYMENT: &str = "btp-manager-controller-manager";
 

@@ -20,7 +20,8 @@
 //! - `ops`: metrics and health endpoints; `telemetry`: logging; `watch_backoff`: how watches retry; `sync`: locks
 //!   that outlive a panicking holder.
 //! - `fence`: the right to write that leader election grants; `rest_client`: the client every part of the
-//!   manager sends through (fencing of writes, request metrics).
+//!   manager sends through (fencing of writes, request metrics); `first_writes`: the only writes a replica
+//!   makes without leading (the first webhook certificate and caBundle, where none exists).
 
 pub mod app;
 pub mod cli;
@@ -29,6 +30,7 @@ pub mod credentials_check;
 pub mod doctor;
 pub mod embedded;
 pub mod fence;
+pub mod first_writes;
 pub mod local;
 pub mod manager;
 pub mod manifests;

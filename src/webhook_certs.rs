@@ -4,8 +4,11 @@
 //! One writer (docs/behaviour.md#who-writes-what): only the leading replica settles the Secret and applies
 //! the configurations ([`WebhookCerts::settle`], [`WebhookCerts::publish`]). Every replica serves the leaf
 //! the Secret holds and swaps it when the Secret changes ([`WebhookCerts::follow`]); a follower whose own
-//! settings would issue or register something else says so once in its log and writes nothing. Readiness
-//! follows whether the served leaf is trusted by the registered caBundle ([`trusted_by`]).
+//! settings would issue or register something else says so once in its log and writes nothing. The one
+//! exception are the first writes ([`crate::first_writes`]): where our webhook configurations are registered
+//! without a caBundle, a follower creates the certificate Secret if none exists and adds the caBundle where a
+//! webhook has none, so that admission works before any replica of ours leads. Readiness follows whether
+//! the served leaf is trusted by the registered caBundle ([`trusted_by`]).
 //!
 //! What to do is decided by `btp_certs::rotation` (pure); this module only reads and writes the API.
 //! Every write of the Secret is a create-if-absent or an update carrying the `resourceVersion` it read,
@@ -16,6 +19,7 @@
 //! configuration already as wanted is not written (Kubernetes 1.24 re-writes an unchanged one on every
 //! server-side apply, which would wake the watch again).
 
+use crate::first_writes::{without_ca_bundle, FirstWrites};
 use crate::reconciler::metrics::{Certificate, CertificateExpiry};
 use btp_api::names;
 use btp_certs::rotation::{self, Policy, Step, Stored};
@@ -79,6 +83,10 @@ pub struct WebhookCerts {
     expiry: Option<CertificateExpiry>,
     /// What a follower last said about its own settings (said once per difference).
     noted: std::sync::Mutex<Option<String>>,
+    /// The first writes a follower may make (None: a follower writes nothing at all).
+    first_writes: Option<FirstWrites>,
+    /// The namespace of the certificate Secret.
+    namespace: String,
 }
 
 const MAX_CONFLICTS: usize = 8;
@@ -101,7 +109,16 @@ impl WebhookCerts {
             without_match_conditions: AtomicBool::new(false),
             expiry: None,
             noted: std::sync::Mutex::new(None),
+            first_writes: None,
+            namespace: namespace.to_string(),
         }
+    }
+
+    /// Let a follower make the first writes where our configurations wait for a caBundle
+    /// ([`crate::first_writes`]).
+    pub fn with_first_writes(mut self, first_writes: FirstWrites) -> Self {
+        self.first_writes = Some(first_writes);
+        self
     }
 
     /// Export the expiry of the CA and the serving certificate in use
@@ -219,11 +236,21 @@ impl WebhookCerts {
     /// issue or register something else. Writes nothing. Returns whether admission through this replica
     /// works: the served leaf is trusted by the caBundle of both registered configurations.
     pub async fn follow(&self, cert: &SwappableCert) -> Result<bool, CertsError> {
-        let existing = self
+        let mut existing = self
             .secrets
             .get_opt(&self.secret_name)
             .await
             .map_err(api_err("reading the webhook certificate Secret"))?;
+        let mut validating =
+            read_json::<ValidatingWebhookConfiguration>(&self.client, names::webhook::VALIDATING_CONFIGURATION).await?;
+        let mut mutating =
+            read_json::<MutatingWebhookConfiguration>(&self.client, names::webhook::MUTATING_CONFIGURATION).await?;
+        let waiting = [&validating, &mutating]
+            .iter()
+            .any(|c| c.as_ref().is_some_and(|c| !without_ca_bundle(c).is_empty()));
+        if let (None, Some(first), true) = (&existing, &self.first_writes, waiting) {
+            existing = Some(self.issue_first(first).await?);
+        }
         let Some(existing) = existing else {
             self.note(Some(
                 "no webhook certificate Secret yet: waiting for the leader to issue it".into(),
@@ -235,11 +262,60 @@ impl WebhookCerts {
             return Ok(false);
         }
         self.serve(&stored, cert)?;
+        if let Some(first) = &self.first_writes {
+            use base64::Engine as _;
+            let bundle = base64::engine::general_purpose::STANDARD.encode(stored.ca_bundle());
+            if let Some(current) = validating.as_ref().filter(|c| !without_ca_bundle(c).is_empty()) {
+                let added = first
+                    .add_ca_bundles::<ValidatingWebhookConfiguration>(
+                        names::webhook::VALIDATING_CONFIGURATION,
+                        current,
+                        &bundle,
+                    )
+                    .await
+                    .map_err(api_err(
+                        "adding the first caBundle to the ValidatingWebhookConfiguration",
+                    ))?;
+                validating = match added {
+                    Some(stored) => {
+                        tracing::info!(
+                            "the first caBundle added to the validating webhook configuration (it had none)"
+                        );
+                        Some(stored)
+                    }
+                    // Another replica (or the leader) wrote it first: what is stored now.
+                    None => {
+                        read_json::<ValidatingWebhookConfiguration>(
+                            &self.client,
+                            names::webhook::VALIDATING_CONFIGURATION,
+                        )
+                        .await?
+                    }
+                };
+            }
+            if let Some(current) = mutating.as_ref().filter(|c| !without_ca_bundle(c).is_empty()) {
+                let added = first
+                    .add_ca_bundles::<MutatingWebhookConfiguration>(
+                        names::webhook::MUTATING_CONFIGURATION,
+                        current,
+                        &bundle,
+                    )
+                    .await
+                    .map_err(api_err("adding the first caBundle to the MutatingWebhookConfiguration"))?;
+                mutating = match added {
+                    Some(stored) => {
+                        tracing::info!("the first caBundle added to the mutating webhook configuration (it had none)");
+                        Some(stored)
+                    }
+                    // Another replica (or the leader) wrote it first: what is stored now.
+                    None => {
+                        read_json::<MutatingWebhookConfiguration>(&self.client, names::webhook::MUTATING_CONFIGURATION)
+                            .await?
+                    }
+                };
+            }
+        }
         let wanted = self.wanted(&stored);
-        let validating =
-            read_json::<ValidatingWebhookConfiguration>(&self.client, names::webhook::VALIDATING_CONFIGURATION).await?;
-        let mutating =
-            read_json::<MutatingWebhookConfiguration>(&self.client, names::webhook::MUTATING_CONFIGURATION).await?;
         let step = rotation::decide(&stored, SystemTime::now(), &self.policy);
         let differs = !matches!(step, Step::Keep)
             || !validating
@@ -259,6 +335,29 @@ impl WebhookCerts {
         Ok([validating, mutating]
             .iter()
             .all(|c| c.as_ref().is_some_and(|c| trusted_by(leaf, c))))
+    }
+
+    /// The first certificate, where none is stored and our configurations wait for a caBundle: created unless
+    /// another replica created one first; either way, what is stored now.
+    async fn issue_first(&self, first: &FirstWrites) -> Result<Secret, CertsError> {
+        let policy = self.policy.clone();
+        let (next, _) =
+            tokio::task::spawn_blocking(move || rotation::settle(&Stored::default(), SystemTime::now(), &policy))
+                .await??;
+        let created = first
+            .create_secret(&self.namespace, &self.secret(&next, None))
+            .await
+            .map_err(api_err("creating the first webhook certificate Secret"))?;
+        if created {
+            tracing::info!(
+                secret = %self.secret_name,
+                "issued the first webhook certificate: none was stored and no replica of ours leads yet"
+            );
+        }
+        self.secrets
+            .get(&self.secret_name)
+            .await
+            .map_err(api_err("reading the webhook certificate Secret"))
     }
 
     /// Say `what` once (again only after it changed); nothing when there is nothing to say.

@@ -1043,20 +1043,17 @@ fn exists_in(kubeconfig: &Path, kind: &str, name: &str, namespace: Option<&str>)
 /// the documented deletion of the Go-only objects removes those and nothing of `deploy/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
-        return;
-    }
-    let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
-    let dir = temp_dir("install-switch");
-    let kubeconfig = dir.join("admin.kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let target = Target::new("install-switch", btp_apiserver::KubeVersion::Latest).await;
+    let kubeconfig = target.kubeconfig();
     apply_kustomization(&kubeconfig, "deploy/namespace");
     apply_file(&kubeconfig, "tests/fixtures/go-install.yaml");
     apply_deploy(&kubeconfig);
-    let commands = documented_commands("upgrading.md", "## How to switch");
+    // The guide's install (its first block) is what `apply_deploy` did; then the deletes (its second).
+    let blocks = documented_blocks("upgrading.md", "## How to switch");
+    assert_eq!(blocks.len(), 2, "install and wait, then delete: {blocks:?}");
+    let commands = &blocks[1];
     assert!(commands.len() >= 4, "{commands:?}");
-    for command in &commands {
+    for command in commands {
         assert_eq!(command[1], "delete", "the switch only deletes: {command:?}");
         run_documented(&kubeconfig, command);
     }
@@ -1104,18 +1101,18 @@ async fn switching_from_the_go_install_keeps_every_object_of_deploy() {
         );
     }
     assert_eq!(go_only, 10, "the Go-only objects the guide names");
-    let _ = std::fs::remove_dir_all(&dir);
+    target.finish(&[]).await;
 }
 
 /// docs/upgrading.md#rolling-back-to-the-go-btp-manager on a cluster this manager provisioned (running as its
 /// Pod): after the documented steps (RSA certificates first, then stop and unregister) a BtpOperator create is
 /// accepted with no manager running, the operand runs as before with certificates the Go manager can renew,
-/// the CR and the CRD are there, and nothing of this manager's is registered. Installing the Go manager is
-/// the last step and not played.
+/// the CR and the CRD are there, and nothing of this manager's is registered. Then the Go install again: the
+/// Go manager leads with its own RBAC and nothing of ours writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_registered() {
     if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
+        skip("runs on an embedded API server it starts (the rollback on a real cluster: migration::the_switch_completes_while_the_go_manager_renews_its_lease)");
         return;
     }
     use k8s_openapi::api::apps::v1::Deployment;
@@ -1251,6 +1248,53 @@ async fn the_documented_rollback_leaves_the_operand_running_and_nothing_of_ours_
         .iter()
         .any(|f| f == names::FINALIZER));
     assert!(cr.metadata.deletion_timestamp.is_none());
+
+    // Finally the Go manager, installed as it was (the Go install's objects replace the shared ones in place),
+    // its Pod played as client-go runs its leader election, with the ServiceAccount's RBAC as the Go install
+    // leaves it: it takes the Lease (ours expires: the manager's process was killed, not stopped) and keeps
+    // renewing it, and nothing of ours writes.
+    use common::go_lease::{go_client, GoLeader, LEASE_DURATION, RETRY_PERIOD};
+    let log = installed.server.request_log();
+    let rolled_back = log.len();
+    apply_file(kubeconfig, "tests/fixtures/go-install.yaml");
+    let go = GoLeader::start(
+        go_client(installed.server.kube_config_as(&manager_user())),
+        names::KYMA_SYSTEM,
+        "btp-manager-controller-manager-go",
+    );
+    eventually(
+        LEASE_DURATION + RETRY_PERIOD * 4,
+        "the Go manager leads and renews its Lease",
+        || async {
+            common::replica::lease_holder(&client, names::KYMA_SYSTEM).await == "btp-manager-controller-manager-go"
+                && go.record().renewed.len() >= 3
+        },
+    )
+    .await;
+    let record = go.record();
+    assert!(
+        record.refused.is_empty() && !record.lost,
+        "the Go install's RBAC allows every renewal: {:?}",
+        record.refused
+    );
+    let role: k8s_openapi::api::rbac::v1::Role = Api::namespaced(client.clone(), names::KYMA_SYSTEM)
+        .get("btp-manager-leader-election-role")
+        .await
+        .unwrap();
+    assert!(
+        role.rules
+            .unwrap_or_default()
+            .iter()
+            .any(|r| r.verbs.contains(&"update".to_string())),
+        "the leader-election Role is the Go install's own again (its PUT needs update)"
+    );
+    let ours: Vec<String> = log
+        .since(rolled_back)
+        .into_iter()
+        .filter(|r| r.changed && r.user_agent.starts_with("btp-manager/"))
+        .map(|r| format!("{} {} {}/{}", r.verb, r.resource, r.namespace, r.name))
+        .collect();
+    assert!(ours.is_empty(), "nothing of ours writes after the rollback: {ours:#?}");
 }
 
 /// `btp-manager uninstall --keep-operand` with `kubeconfig` (and `extra` flags): its stdout; panics when it fails.
@@ -1276,9 +1320,8 @@ fn uninstall_keep_operand(kubeconfig: &Path, extra: &[&str]) -> String {
 /// BtpOperator creates are accepted, and the operand, the CR and the objects the Go install shares stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_keep_operand_is_a_dry_run_unless_applied_and_then_unregisters_only_the_manager() {
-    if real_cluster().is_some() {
-        skip("runs on an embedded API server it starts (the shipped install on a real cluster: install::as_shipped_on_a_real_cluster)");
-        return;
+    if let Some(cluster) = common::shipped::RealCluster::connect().await {
+        return uninstall_keep_operand_as_shipped(cluster).await;
     }
     use k8s_openapi::api::apps::v1::Deployment;
     let server = ApiServer::start(ServerConfig::default()).await.expect("API server");
@@ -1399,4 +1442,101 @@ async fn uninstall_keep_operand_is_a_dry_run_unless_applied_and_then_unregisters
         )),
         "{again}"
     );
+}
+
+/// [`uninstall_keep_operand_is_a_dry_run_unless_applied_and_then_unregisters_only_the_manager`] on a real cluster:
+/// `deploy/` installed as documented, the manager running as its Pods (the kubelet stand-in ends them when the
+/// command scales the Deployment to zero); the dry run's requests are read from the audit log where there is one.
+async fn uninstall_keep_operand_as_shipped(cluster: common::shipped::RealCluster) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let mut shipped = common::shipped::Shipped::install(&cluster).await;
+    let client = cluster.client.clone();
+    shipped.create_secret_and_cr(&client).await;
+    assert!(
+        try_wait_cr(&client, Reason::ReconcileSucceeded, Duration::from_secs(60)).await,
+        "the CR turned Ready\n{}",
+        shipped.logs()
+    );
+    let kubeconfig = cluster.kubeconfig.clone();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let generation = deployments
+        .get(names::operand::DEPLOYMENT)
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    let requests = common::requests::audit_log().map(common::requests::Requests::audit);
+    let dry = {
+        let kubeconfig = kubeconfig.clone();
+        tokio::task::spawn_blocking(move || uninstall_keep_operand(&kubeconfig, &[]))
+            .await
+            .unwrap()
+    };
+    assert!(
+        dry.contains("would scale Deployment kyma-system/btp-manager-controller-manager to 0"),
+        "{dry}"
+    );
+    assert!(dry.contains("dry run: nothing changed"), "{dry}");
+    if let Some(requests) = &requests {
+        let writes: Vec<String> = requests
+            .since(0)
+            .into_iter()
+            .filter(|r| r.user_agent.contains("(uninstall)") && r.method != "GET")
+            .map(|r| format!("{} {} {}", r.verb, r.resource, r.name))
+            .collect();
+        assert!(writes.is_empty(), "the dry run wrote: {writes:?}");
+    }
+    assert!(exists(
+        &kubeconfig,
+        "validatingwebhookconfiguration",
+        names::webhook::VALIDATING_CONFIGURATION,
+        false
+    ));
+    let applied = {
+        let kubeconfig = kubeconfig.clone();
+        tokio::task::spawn_blocking(move || uninstall_keep_operand(&kubeconfig, &["--apply", "--timeout=60s"]))
+            .await
+            .unwrap()
+    };
+    assert!(
+        applied.contains("scaled Deployment kyma-system/btp-manager-controller-manager to 0 replicas"),
+        "{applied}"
+    );
+    assert_nothing_of_ours_registered(&kubeconfig);
+    for (kind, name, namespaced) in [
+        ("deployment", "btp-manager-controller-manager", true),
+        (
+            "customresourcedefinition",
+            "btpoperators.operator.kyma-project.io",
+            false,
+        ),
+        ("btpoperator", names::BTP_OPERATOR_NAME, true),
+        ("secret", names::operand::CA_SECRET, true),
+        (
+            "validatingwebhookconfiguration",
+            names::operand::VALIDATING_WEBHOOK_CONFIGURATION,
+            false,
+        ),
+    ] {
+        assert!(exists(&kubeconfig, kind, name, namespaced), "{kind} {name} stays");
+    }
+    assert_eq!(
+        deployments
+            .get(names::operand::DEPLOYMENT)
+            .await
+            .unwrap()
+            .metadata
+            .generation,
+        generation,
+        "the operand is not touched"
+    );
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    crs.create(&PostParams::default(), &BtpOperator::new("another"))
+        .await
+        .expect("a BtpOperator create is accepted after the uninstall");
+    crs.delete("another", &Default::default()).await.unwrap();
+    // The CR keeps its finalizer for the next manager: the test's cleanup lets it go, then the documented
+    // uninstall removes the rest of deploy/ (scaled to zero, nothing to stop).
+    drop(shipped);
+    common::shipped::RealCluster::leave_clean(cluster).await;
 }

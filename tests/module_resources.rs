@@ -510,6 +510,53 @@ fn crds_serve_v1_as_storage_and_v1alpha1_with_structural_schemas() {
     }
 }
 
+/// Every field of `node` (its properties, and the objects an array holds), below `path`, without a description.
+fn undescribed(node: &Value, path: &str, out: &mut Vec<String>) {
+    for (name, child) in node["properties"].as_object().into_iter().flatten() {
+        let at = format!("{path}.{name}");
+        // `metadata` is the API server's ObjectMeta: a CRD may say nothing about it but its type.
+        if path.is_empty() && name == "metadata" {
+            continue;
+        }
+        if child["description"]
+            .as_str()
+            .is_none_or(|d| d.split_whitespace().count() < 3)
+        {
+            out.push(at.clone());
+        }
+        undescribed(child, &at, out);
+    }
+    for nested in [&node["items"], &node["additionalProperties"]] {
+        if nested["properties"].is_object() {
+            if !nested["description"].is_string() {
+                out.push(format!("{path}[]"));
+            }
+            undescribed(nested, &format!("{path}[]"), out);
+        }
+    }
+}
+
+/// A fresh install's operand CRDs explain every field (`kubectl explain serviceinstances.spec`), in our own
+/// words (docs/behaviour.md#apply: a cluster whose CRDs have the chart's words keeps them).
+#[test]
+fn every_field_of_the_operand_crds_is_explained() {
+    let objects = apply_objects();
+    for name in [
+        "servicebindings.services.cloud.sap.com",
+        "serviceinstances.services.cloud.sap.com",
+    ] {
+        let (_, versions) = crd_versions(&objects, name);
+        for v in versions {
+            let schema = &v["schema"]["openAPIV3Schema"];
+            let at = format!("{name} {}", v["name"].as_str().unwrap());
+            assert!(schema["description"].is_string(), "{at}: the kind itself");
+            let mut missing = Vec::new();
+            undescribed(schema, "", &mut missing);
+            assert!(missing.is_empty(), "{at}: fields without a description: {missing:?}");
+        }
+    }
+}
+
 fn columns(version: &Value) -> Vec<(&str, &str, i64)> {
     version["additionalPrinterColumns"]
         .as_array()

@@ -240,10 +240,11 @@ async fn one_writer_across_settings_and_a_paused_leader_writes_nothing_after_its
     cluster.finish().await;
 }
 
-/// Before any replica has led, the webhooks come up with the first leader: a replica that cannot lead (the
-/// Lease is held by another identity) serves nothing, is not ready (saying why), stays live and writes
-/// nothing; once the Lease is free it leads, issues the certificate, registers the configurations and turns
-/// ready. Its request metrics (client-go's names) count what it sent.
+/// Before any replica has led, and with no configuration of ours registered (nothing waits for a caBundle, so
+/// there are no first writes to make: `run` outside the cluster registers its own), the webhooks come up with
+/// the first leader: a replica that cannot lead (the Lease is held by another identity) serves nothing, is not
+/// ready (saying why), stays live and writes nothing; once the Lease is free it leads, issues the certificate,
+/// registers the configurations and turns ready. Its request metrics (client-go's names) count what it sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_leader_brings_the_webhooks_up_and_a_follower_is_not_ready_before() {
     let Some(cluster) = any_cluster("rollout").await else {

@@ -604,3 +604,93 @@ async fn run_outside_the_cluster_takes_over_the_installed_configurations_and_in_
         .expect("an in-cluster start takes them back");
     assert!(endpoints(&client).await.iter().all(|e| *e == (false, true)));
 }
+
+/// The configurations as `kubectl apply -k deploy/` creates them: no caBundle.
+async fn install_configurations(client: &kube::Client) {
+    let installed = btp_manager::app::webhook_manifests_yaml(NS).unwrap();
+    for doc in serde_saphyr::from_multiple::<serde_json::Value>(&installed).unwrap() {
+        match doc["kind"].as_str() {
+            Some("ValidatingWebhookConfiguration") => {
+                let c: ValidatingWebhookConfiguration = serde_json::from_value(doc).unwrap();
+                Api::all(client.clone())
+                    .create(&PostParams::default(), &c)
+                    .await
+                    .unwrap();
+            }
+            Some("MutatingWebhookConfiguration") => {
+                let c: MutatingWebhookConfiguration = serde_json::from_value(doc).unwrap();
+                Api::all(client.clone())
+                    .create(&PostParams::default(), &c)
+                    .await
+                    .unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A follower's first writes (docs/behaviour.md#who-writes-what): where our configurations wait for a caBundle
+/// and no certificate is stored, followers starting together create one certificate Secret (the other's create
+/// is refused, and it serves the stored one) and add the caBundle once; both turn ready. Then a follower never
+/// rewrites: not a caBundle someone else put there (it is not ready instead), not the stored certificate.
+#[tokio::test]
+async fn followers_write_the_first_certificate_and_ca_bundle_only_where_none_exists() {
+    let (server, client) = api_server().await;
+    install_configurations(&client).await;
+    let log = server.request_log();
+    let installed = log.len();
+    let first = || btp_manager::first_writes::FirstWrites::new(client.clone());
+    let one = certs(&client, policy(), "https://127.0.0.1:9443").with_first_writes(first());
+    let two = certs(&client, policy(), "https://127.0.0.1:9443").with_first_writes(first());
+    let (cert_one, cert_two) = (SwappableCert::pending(), SwappableCert::pending());
+    let (ready_one, ready_two) = tokio::join!(one.follow(&cert_one), two.follow(&cert_two));
+    assert!(ready_one.unwrap() && ready_two.unwrap(), "both followers can serve");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let s = stored(&secrets).await.expect("the first certificate");
+    let leaf = s.leaf.as_ref().unwrap();
+    let stored_leaf = btp_webhooks::tls::certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    for cert in [&cert_one, &cert_two] {
+        assert_eq!(
+            cert.current().and_then(|c| c.cert.first().cloned()),
+            stored_leaf.cert.first().cloned(),
+            "each serves the stored leaf"
+        );
+    }
+    for bundle in bundles(&client).await {
+        assert_eq!(bundle, s.ca_bundle().into_bytes());
+    }
+    let writes: Vec<_> = log
+        .since(installed)
+        .into_iter()
+        .filter(|r| r.changed && r.method != "GET")
+        .map(|r| format!("{} {} {}", r.verb, r.resource, r.name))
+        .collect();
+    // One Secret and one patch of each configuration.
+    assert_eq!(writes.len(), 3, "{writes:#?}");
+
+    // A caBundle that is there is never replaced, whoever put it there: the follower is not ready instead.
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mut foreign = v.get(btp_api::names::webhook::VALIDATING_CONFIGURATION).await.unwrap();
+    for hook in foreign.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = Some(ByteString(b"-----BEGIN CERTIFICATE-----\nforeign\n".to_vec()));
+    }
+    v.replace(
+        btp_api::names::webhook::VALIDATING_CONFIGURATION,
+        &PostParams::default(),
+        &foreign,
+    )
+    .await
+    .unwrap();
+    let before = log.len();
+    assert!(
+        !one.follow(&cert_one).await.unwrap(),
+        "not ready under a foreign caBundle"
+    );
+    let rewrites: Vec<_> = log
+        .since(before)
+        .into_iter()
+        .filter(|r| r.changed && r.method != "GET")
+        .map(|r| format!("{} {} {}", r.verb, r.resource, r.name))
+        .collect();
+    assert!(rewrites.is_empty(), "a follower rewrites nothing: {rewrites:?}");
+}

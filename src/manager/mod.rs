@@ -27,6 +27,7 @@ pub use webhooks::{Reach, WebhookOptions};
 
 use crate::config::Settings;
 use crate::fence::Fence;
+use crate::first_writes::FirstWrites;
 use crate::ops;
 use crate::reconciler::{self, metrics::ReconcileMetrics, Context};
 use crate::rest_client::{self, RestMetrics};
@@ -87,6 +88,9 @@ pub struct ManagerBuilder {
     leading: Option<watch::Sender<bool>>,
     /// The same, for the webhook certificate keeper.
     leads: watch::Receiver<bool>,
+    /// With leader election: the first writes a follower may make ([`crate::first_writes`]), through a client
+    /// of their own that the fence does not hold back.
+    first_writes: Option<FirstWrites>,
     /// `btpmanager_leader_election_conflicts_total`.
     lease_conflicts: prometheus_client::metrics::counter::Counter,
 }
@@ -112,6 +116,14 @@ impl ManagerBuilder {
             None => Fence::open(),
         };
         let agent = format!("btp-manager/{} ({identity})", env!("CARGO_PKG_VERSION"));
+        let first_writes = options.leader_election.is_some().then(|| {
+            FirstWrites::new(rest_client::guard(
+                client.clone(),
+                Fence::open(),
+                Some(requests.clone()),
+                &agent,
+            ))
+        });
         let client = rest_client::guard(client, fence.clone(), Some(requests), &agent);
         let ctx = Context::new(
             client.clone(),
@@ -133,6 +145,7 @@ impl ManagerBuilder {
             fence,
             leading: Some(leading),
             leads,
+            first_writes,
             lease_conflicts,
         })
     }
@@ -199,6 +212,7 @@ impl ManagerBuilder {
             registry,
             webhook_metrics,
             leads,
+            first_writes,
             ..
         } = self;
         let ready = ops::Readiness::default();
@@ -213,6 +227,7 @@ impl ManagerBuilder {
             metrics: webhook_metrics,
             certificate_expiry: ctx.metrics.certificates(),
             leading: leads,
+            first_writes,
             ready: ready.clone(),
             live: live.clone(),
         };

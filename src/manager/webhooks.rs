@@ -2,6 +2,7 @@
 //! certificate (self-managed in a Secret, or from files), its configurations, and the Secret it guards.
 
 use crate::config::Config;
+use crate::first_writes::FirstWrites;
 use crate::reconciler::{self, metrics::CertificateExpiry};
 use crate::tasks::{stopped, until};
 use crate::webhook_certs::WebhookCerts;
@@ -144,8 +145,8 @@ pub async fn match_conditions_supported(client: &kube::Client) -> bool {
 /// The certificate to serve from the manager's own webhook certificate Secret, kept in step in the
 /// background until `stop` (docs/behaviour.md#who-writes-what). A process that leads from its start (no
 /// leader election) settles the Secret and publishes its CA bundle first; with leader election the server
-/// starts with nothing to serve, and serves what the Secret holds as soon as the leader has issued it
-/// (not ready until then).
+/// starts with nothing to serve, and serves what the Secret holds as soon as it was issued, by the leader or
+/// by a follower's first writes (not ready until then).
 pub async fn managed_webhook_certificate(
     certs: WebhookCerts,
     leading: watch::Receiver<bool>,
@@ -192,6 +193,8 @@ pub struct Wiring<'a> {
     pub certificate_expiry: CertificateExpiry,
     /// Whether this replica leads (only the leader writes the certificate Secret and the configurations).
     pub leading: watch::Receiver<bool>,
+    /// The first writes a follower may make, with leader election ([`crate::first_writes`]).
+    pub first_writes: Option<FirstWrites>,
     /// Readiness: whether admission through this replica works.
     pub ready: crate::ops::Readiness,
     /// Liveness: the certificate keeper is watched.
@@ -215,6 +218,7 @@ pub async fn start(
         metrics,
         certificate_expiry,
         leading,
+        first_writes,
         ready,
         live,
     } = wiring;
@@ -250,8 +254,11 @@ pub async fn start(
         None => {
             let mut policy = btp_certs::rotation::Policy::new(dns_names, ip_addresses);
             policy.key = options.key_algorithm;
-            let certs = WebhookCerts::new(client.clone(), namespace, &options.cert_secret, policy, manifests)
+            let mut certs = WebhookCerts::new(client.clone(), namespace, &options.cert_secret, policy, manifests)
                 .with_expiry_metrics(certificate_expiry);
+            if let Some(first_writes) = first_writes {
+                certs = certs.with_first_writes(first_writes);
+            }
             managed_webhook_certificate(certs, leading, ready, &live, stop.clone()).await?
         }
     };

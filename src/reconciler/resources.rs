@@ -17,6 +17,8 @@ pub const RBAC_PROXY_CONTAINER: &str = "kube-rbac-proxy";
 
 pub use super::kinds::is_cluster_scoped;
 
+pub mod crd_schema;
+
 /// What preparation needs besides the manifests.
 #[derive(Clone, Debug)]
 pub struct Inputs<'a> {
@@ -208,6 +210,10 @@ fn set_deployment_images(obj: &mut Value, inputs: &Inputs<'_>) -> Result<(), Pre
 /// as that kind, and a real API server leaves them out of the items of a list (an object a watch store
 /// holds from its initial list has neither; one from a watch event has both). A value the server normalises
 /// differently (say a quantity) only costs an apply.
+///
+/// A CustomResourceDefinition's schemas are the exception ([`crd_schema`]): each is one atomic value for
+/// server-side apply, compared by behaviour (equal without the text that changes none), so that a stored
+/// schema in other words (the chart's descriptions) is not replaced by ours.
 pub fn already_applied(live: &Value, desired: &Value) -> bool {
     let (_, kind, _, _) = identity(desired);
     let mut desired = desired.clone();
@@ -219,6 +225,9 @@ pub fn already_applied(live: &Value, desired: &Value) -> bool {
         if let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("namespace");
         }
+    }
+    if kind == "CustomResourceDefinition" {
+        return crd_schema::crd_applied(live, &desired, contains);
     }
     contains(live, &desired)
 }

@@ -25,6 +25,45 @@ pub fn facts() -> Vec<Fact> {
         .collect()
 }
 
+/// Where the chart has a string `description` (`tests/fixtures/operand-chart-descriptions.txt`): kind, name,
+/// JSON pointer. Positions only: the chart's prose is not ours to copy.
+pub fn description_positions() -> Vec<(String, String, String)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/operand-chart-descriptions.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let mut parts = l.splitn(3, ' ');
+            let mut next = || {
+                parts
+                    .next()
+                    .unwrap_or_else(|| panic!("a position line: {l}"))
+                    .to_string()
+            };
+            (next(), next(), next())
+        })
+        .collect()
+}
+
+/// The chart's objects as the chart ships them: [`objects`] with a description wherever the chart has one,
+/// in words of the tests' own (what the chart says there is not a fact anything acts on).
+pub fn objects_with_descriptions() -> BTreeMap<(String, String), Value> {
+    let mut objects = objects();
+    for (n, (kind, name, pointer)) in description_positions().into_iter().enumerate() {
+        let object = objects
+            .get_mut(&(kind.clone(), name.clone()))
+            .unwrap_or_else(|| panic!("a description of {kind} {name}, which the facts do not have"));
+        let segments: Vec<String> = pointer
+            .split('/')
+            .skip(1)
+            .map(|s| s.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        let words = format!("What the chart says about this field ({n}), in other words than ours.");
+        set(object, &segments, Value::String(words));
+    }
+    objects
+}
+
 /// The leaves of `object` as the facts write them: string `description`s, `metadata.creationTimestamp` and
 /// the namespace of a cluster-scoped object left out (see `scripts/chart-facts`).
 pub fn leaves(object: &Value, cluster_scoped: bool) -> Vec<(String, Value)> {

@@ -1,7 +1,9 @@
 //! The state the Go BTP Manager leaves in a cluster it provisioned, built from the operand chart's facts
 //! ([`super::chart`]) and from what the Go manager's code writes, never from our manifests:
 //!
-//! - every chart object with the three labels it adds (`app.kubernetes.io/managed-by: btp-manager`,
+//! - every chart object as the chart ships it, the CRDs with a description wherever the chart has one (the
+//!   positions are the chart's, `tests/fixtures/operand-chart-descriptions.txt`; the words are ours), with
+//!   the three labels it adds (`app.kubernetes.io/managed-by: btp-manager`,
 //!   `chart-version`, `kyma-project.io/module`; the last also on the Deployment's pod template), namespaced
 //!   ones in `kyma-system`, the ConfigMap and Secret filled from the required Secret, the operand image set,
 //!   `caBundle` in every webhook; created with `Create` under the field owner `btp-manager` (so
@@ -182,7 +184,7 @@ pub async fn leave_go_state(client: &kube::Client, credentials: &Value, image: &
         names::MODULE_LABEL: names::MODULE_NAME,
     });
     let mut objects = Vec::new();
-    for ((kind, name), mut object) in super::chart::objects() {
+    for ((kind, name), mut object) in super::chart::objects_with_descriptions() {
         let cluster_scoped = btp_manager::reconciler::resources::is_cluster_scoped(&kind);
         let meta = object["metadata"].as_object_mut().expect("metadata");
         let labels = meta.entry("labels").or_insert(json!({}));

@@ -12,6 +12,10 @@
 //!     process ([`super::pod`]), with a token of its ServiceAccount bound to the Pod (TokenRequest), the CA of
 //!     `kube-root-ca.crt`, `KUBERNETES_SERVICE_HOST` at the `kubernetes` Service's ClusterIP (forwarded to
 //!     the API server), and `Ready` from its readiness probe, probed on the Pod's own period;
+//!   - the Go BTP Manager's Pods (the same label, the container's command `/manager`: the Go install's
+//!     Deployment, `tests/fixtures/go-install.yaml`), when [`KubeletOptions::run_manager`]: its leader election
+//!     as [`super::go_lease`] plays it, with the token of its ServiceAccount, `Ready` at once (its readiness
+//!     probe is a ping); SIGTERM ends it without releasing the Lease, as the Go process ends;
 //!   - every other Pod is played: what its container does at start where the test suite knows it (the
 //!     operand's cluster-ID Secret, [`super::operand::start_container`]), then `Ready` as
 //!     [`Kubelet::set_ready`] says;
@@ -89,6 +93,8 @@ struct Shared {
     played_ports: Mutex<Vec<Played>>,
     /// `KUBERNETES_SERVICE_HOST`/`_PORT` of the containers.
     kubernetes_service: (String, u16),
+    /// How to reach the API server (for the Go manager's client, with its Pod's token).
+    config: kube::Config,
     dir: PathBuf,
 }
 
@@ -148,6 +154,7 @@ impl Kubelet {
             ports: Mutex::default(),
             played_ports: Mutex::default(),
             kubernetes_service: (cluster_ip.clone(), 443),
+            config: config.clone(),
             dir,
         });
         // The manager's containers reach the API server through the `kubernetes` Service, as in a cluster.
@@ -595,6 +602,9 @@ async fn run_container(shared: Arc<Shared>, pod: Pod, mut stop: tokio::sync::wat
             return;
         }
     };
+    if container.command.as_deref() == Some(&["/manager".to_string()][..]) {
+        return run_go_manager(&shared, &pod, &files, stop).await;
+    }
     // The container's ports, each on a loopback port of its own.
     let mut ports = BTreeMap::new();
     let mut extra_args = Vec::new();
@@ -704,6 +714,24 @@ async fn run_container(shared: Arc<Shared>, pod: Pod, mut stop: tokio::sync::wat
             _ = stop.changed() => return,
         }
     }
+}
+
+/// The Go manager's Pod: its leader election with its Pod's token, `Ready`, until the Pod is deleted.
+async fn run_go_manager(
+    shared: &Shared,
+    pod: &Pod,
+    files: &ServiceAccountFiles,
+    mut stop: tokio::sync::watch::Receiver<Option<Duration>>,
+) {
+    let config = super::install::token_config(&shared.config, &files.token).await;
+    let mut go = super::go_lease::GoLeader::start(
+        super::go_lease::go_client(config),
+        &pod.namespace().unwrap_or_default(),
+        &pod.name_any(),
+    );
+    write_status(&shared.client, pod, true, 0).await;
+    let _ = stop.changed().await;
+    go.stop().await;
 }
 
 /// An HTTP GET probe: whether it answered 2xx or 3xx within a second.

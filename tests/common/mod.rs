@@ -9,8 +9,10 @@
 //! Manager: cleanup deletes everything labelled `app.kubernetes.io/managed-by=btp-manager`.
 #![allow(dead_code)]
 
+pub mod admission;
 pub mod chart;
 pub mod eventually;
+pub mod go_lease;
 pub mod go_manager;
 pub mod install;
 pub mod kubelet;

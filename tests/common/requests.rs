@@ -19,25 +19,21 @@ pub fn audit_log() -> Option<PathBuf> {
 #[derive(Clone)]
 pub enum Requests {
     Embedded(RequestLog),
-    /// The audit log, and how many of its records came before this test began (they are not this test's).
-    Audit {
-        path: PathBuf,
-        start: usize,
-    },
+    /// The audit log, read as it grows.
+    Audit(std::sync::Arc<AuditLog>),
 }
 
 impl Requests {
     /// The audit log from its current end on.
     pub fn audit(path: PathBuf) -> Self {
-        let start = read_audit(&path).len();
-        Self::Audit { path, start }
+        Self::Audit(std::sync::Arc::new(AuditLog::from_end(path)))
     }
 
     /// How many records there are (since this test began).
     pub fn len(&self) -> usize {
         match self {
             Self::Embedded(log) => log.len(),
-            Self::Audit { path, start } => read_audit(path).len().saturating_sub(*start),
+            Self::Audit(log) => log.since(0).len(),
         }
     }
 
@@ -49,34 +45,79 @@ impl Requests {
     pub fn since(&self, skip: usize) -> Vec<RequestRecord> {
         match self {
             Self::Embedded(log) => log.since(skip),
-            Self::Audit { path, start } => read_audit(path).into_iter().skip(start + skip).collect(),
+            Self::Audit(log) => log.since(skip),
         }
     }
 }
 
-/// Every completed request of the audit log, in the order the server finished them. A line that is not a
-/// complete event (the server may be writing it) ends the read.
-/// A long-running request (a watch) is recorded when its response starts (it completes only when it ends); its
-/// completion is then not counted again.
-fn read_audit(path: &std::path::Path) -> Vec<RequestRecord> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut out = Vec::new();
-    let mut started = std::collections::HashSet::new();
-    for line in text.lines() {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-            break;
+/// An audit log, parsed once and then only what was appended since the last read (the stage's log grows to
+/// tens of megabytes; a test polls it).
+pub struct AuditLog {
+    path: PathBuf,
+    /// How many records came before this test began (they are not this test's).
+    start: usize,
+    state: std::sync::Mutex<AuditState>,
+}
+
+#[derive(Default)]
+struct AuditState {
+    /// Bytes consumed: complete lines only.
+    offset: u64,
+    records: Vec<RequestRecord>,
+    /// Long-running requests (watches) counted when their response started.
+    started: std::collections::HashSet<String>,
+}
+
+impl AuditLog {
+    fn from_end(path: PathBuf) -> Self {
+        let log = Self {
+            path,
+            start: 0,
+            state: std::sync::Mutex::default(),
         };
-        let id = event["auditID"].as_str().unwrap_or_default().to_string();
-        match event["stage"].as_str() {
-            Some("ResponseStarted") => {
-                started.insert(id);
-            }
-            Some("ResponseComplete") if !started.contains(&id) => {}
-            _ => continue,
-        }
-        out.push(record(&event));
+        let start = log.refreshed().records.len();
+        Self { start, ..log }
     }
-    out
+
+    fn since(&self, skip: usize) -> Vec<RequestRecord> {
+        let state = self.refreshed();
+        state
+            .records
+            .get(self.start + skip..)
+            .map(<[RequestRecord]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// The state with every complete line appended since the last read parsed. A long-running request (a watch)
+    /// is recorded when its response starts (it completes only when it ends); its completion is then not counted
+    /// again.
+    fn refreshed(&self) -> std::sync::MutexGuard<'_, AuditState> {
+        use std::io::{Read as _, Seek as _};
+        let mut state = super::sync_lock(&self.state);
+        let mut appended = Vec::new();
+        if let Ok(mut file) = std::fs::File::open(&self.path) {
+            if file.seek(std::io::SeekFrom::Start(state.offset)).is_ok() {
+                let _ = file.read_to_end(&mut appended);
+            }
+        }
+        let complete = appended.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        for line in appended[..complete].split(|b| *b == b'\n') {
+            let Ok(event) = serde_json::from_slice::<serde_json::Value>(line) else {
+                continue;
+            };
+            let id = event["auditID"].as_str().unwrap_or_default().to_string();
+            match event["stage"].as_str() {
+                Some("ResponseStarted") => {
+                    state.started.insert(id);
+                }
+                Some("ResponseComplete") if !state.started.contains(&id) => {}
+                _ => continue,
+            }
+            state.records.push(record(&event));
+        }
+        state.offset += complete as u64;
+        state
+    }
 }
 
 /// An audit event as the embedded server's record of the same request.

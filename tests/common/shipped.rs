@@ -55,6 +55,20 @@ impl RealCluster {
     }
 }
 
+impl RealCluster {
+    /// What a test left on purpose (a CR kept for the next manager, a `deploy/` scaled to zero) removed as
+    /// [`RealCluster::connect`] removes what a failed test left: the harness's cleanup, then the documented
+    /// uninstall where `deploy/` is installed.
+    pub async fn leave_clean(self) {
+        super::cleanup(&self.client, &[]).await;
+        let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+            kube::Api::namespaced(self.client.clone(), names::KYMA_SYSTEM);
+        if deployments.get_opt(DEPLOYMENT).await.ok().flatten().is_some() {
+            uninstall(&self).await;
+        }
+    }
+}
+
 /// The manager's Deployment (`deploy/deployment.yaml`).
 pub const DEPLOYMENT: &str = "btp-manager-controller-manager";
 
@@ -95,11 +109,24 @@ pub async fn run(kubeconfig: &Path, command: &[String]) -> Output {
     };
     cmd.args(&command[1..]);
     if command[0] == "kubectl" {
-        match command.get(1).map(String::as_str) {
-            Some("delete") => {
+        // The subcommand: the first argument that is not a flag or a flag's value (`kubectl -n ns rollout ...`).
+        let mut args = command[1..].iter().map(String::as_str);
+        let mut subcommand = Vec::new();
+        while let Some(a) = args.next() {
+            match a {
+                "-n" | "--namespace" => {
+                    args.next();
+                }
+                flag if flag.starts_with('-') => {}
+                word if subcommand.len() < 2 => subcommand.push(word),
+                _ => {}
+            }
+        }
+        match subcommand[..] {
+            ["delete", ..] => {
                 cmd.arg("--timeout=120s");
             }
-            Some("rollout") if !command.iter().any(|a| a.starts_with("--timeout")) => {
+            ["rollout", "status"] if !command.iter().any(|a| a.starts_with("--timeout")) => {
                 cmd.arg("--timeout=180s");
             }
             _ => {}
@@ -177,6 +204,24 @@ impl Shipped {
             );
         }
         shipped
+    }
+
+    /// The stand-ins of an install that started before them: the kubelet stand-in `kubelet` (running the
+    /// manager's Pods) already runs, as for the switch from the Go install, whose Pod it ran before `deploy/`
+    /// was applied; this serves the manager's webhook Service (which `kubectl apply -k deploy/` created).
+    pub async fn serving(cluster: &RealCluster, kubelet: Kubelet) -> Self {
+        let webhooks = super::proxy::serve_service(
+            &cluster.client,
+            kubelet.lookup(),
+            names::KYMA_SYSTEM,
+            names::webhook::SERVICE_NAME,
+        )
+        .await;
+        Self {
+            kubelet,
+            webhooks,
+            token_endpoint: None,
+        }
     }
 
     /// The credentials Secret (labelled as the broker labels it) and `kyma-system/btpoperator`, each created

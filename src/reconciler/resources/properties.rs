@@ -1,5 +1,6 @@
 //! Property tests (issue 12, part 2) of module-resource YAML loading: random and mutated YAML never
 //! panics, and every error names the file. `PROPTEST_CASES` sets the number of cases (default here: 128).
+//! And the comparison of a CRD (issue 35): text anywhere in its schemas does not make it differ, behaviour does.
 
 use super::*;
 use proptest::prelude::*;
@@ -142,5 +143,62 @@ proptest! {
         files[file] = (name, mutated.as_str());
         let result = from_files(&files, crate::embedded::MODULE_DELETE, crate::embedded::CHART_VERSION);
         check(name, result)?;
+    }
+}
+
+/// The operand's CRDs as the manager applies them (the built-in manifests).
+fn operand_crds() -> Vec<Value> {
+    from_files(
+        crate::embedded::MODULE_APPLY,
+        crate::embedded::MODULE_DELETE,
+        crate::embedded::CHART_VERSION,
+    )
+    .expect("the built-in manifests")
+    .apply
+    .into_iter()
+    .filter(|o| o["kind"] == "CustomResourceDefinition")
+    .collect()
+}
+
+/// Every schema node of `node` (below a `properties` entry, `items` or `additionalProperties`), as JSON pointers.
+fn schema_nodes(node: &Value, at: String, out: &mut Vec<String>) {
+    out.push(at.clone());
+    for (name, child) in node["properties"].as_object().into_iter().flatten() {
+        schema_nodes(child, format!("{at}/properties/{name}"), out);
+    }
+    for key in ["items", "additionalProperties"] {
+        if node[key].is_object() {
+            schema_nodes(&node[key], format!("{at}/{key}"), out);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(crate::proptest_config(64))]
+
+    /// A stored CRD whose schemas say anything at all in their text keywords, at any node, is already applied;
+    /// one whose schema differs in a single type is not, whatever its text (docs/behaviour.md#apply).
+    #[test]
+    fn a_crd_in_other_words_is_applied_and_one_that_behaves_otherwise_is_not(
+        crd in 0usize..2,
+        words in prop::collection::vec(("[a-zA-Z .,:]{0,40}", prop::sample::select(&crate::reconciler::resources::crd_schema::TEXT[..])), 1..20),
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 20),
+        flip in any::<prop::sample::Index>(),
+    ) {
+        let desired = operand_crds().remove(crd);
+        let mut nodes = Vec::new();
+        for (v, _) in desired["spec"]["versions"].as_array().unwrap().iter().enumerate() {
+            schema_nodes(&desired["spec"]["versions"][v]["schema"]["openAPIV3Schema"], format!("/spec/versions/{v}/schema/openAPIV3Schema"), &mut nodes);
+        }
+        let mut live = desired.clone();
+        for ((text, keyword), pick) in words.iter().zip(&picks) {
+            let node = live.pointer_mut(pick.get(nodes.as_slice()).as_str()).unwrap();
+            node[*keyword] = json!(text);
+        }
+        prop_assert!(already_applied(&live, &desired), "other words only");
+        let node = live.pointer_mut(flip.get(nodes.as_slice()).as_str()).unwrap();
+        let other = if node["type"] == "string" { "integer" } else { "string" };
+        node["type"] = json!(other);
+        prop_assert!(!already_applied(&live, &desired), "a type changed");
     }
 }

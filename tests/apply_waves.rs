@@ -80,8 +80,8 @@ async fn a_cold_install_writes_what_must_come_first_first_and_the_rest_alongside
     // waits for them.
     slow_by(&env, "customresourcedefinitions", Duration::from_secs(1));
     slow(&env, "secrets");
-    // Roles answered late: a binding sent alongside them would be refused (the role it references does not
-    // exist yet) or answered first.
+    // Roles answered late: the bindings go alongside them (the manager may `bind` the operand's roles, so
+    // the API server does not resolve them), and are answered first.
     slow(&env, "clusterroles");
     slow(&env, "roles");
     env.create_secret_and_cr().await;
@@ -101,25 +101,25 @@ async fn a_cold_install_writes_what_must_come_first_first_and_the_rest_alongside
         |r| r.resource == "deployments" || r.resource.ends_with("bindings") || webhook_configuration(r),
         is("customresourcedefinitions"),
     );
+    // A binding to a role the manager may bind does not wait for the role (deploy/rbac.yaml).
     before(
         &applies,
-        "the ServiceAccount before the bindings",
-        is("serviceaccounts"),
-        is("rolebindings"),
-    );
-    // A binding is checked against the role it references: sent first, it is refused (404).
-    before(
-        &applies,
-        "the ClusterRoles before the ClusterRoleBindings",
-        is("clusterroles"),
+        "the ClusterRoleBindings beside the ClusterRoles, answered first",
         is("clusterrolebindings"),
+        is("clusterroles"),
     );
     before(
         &applies,
-        "the Roles before the RoleBindings",
-        is("roles"),
+        "the RoleBindings beside the Roles, answered first",
         is("rolebindings"),
+        is("roles"),
     );
+    let refused: Vec<String> = applies
+        .iter()
+        .filter(|r| !(200..300).contains(&r.code))
+        .map(|r| format!("{} {} {}", r.resource, r.name, r.code))
+        .collect();
+    assert!(refused.is_empty(), "no apply was refused: {refused:?}");
     before(
         &applies,
         "the certificate Secrets before the webhook configurations",
@@ -342,4 +342,70 @@ async fn an_instance_of_a_crd_of_the_module_is_written_after_the_crds() {
     );
     env.stop().await;
     let _ = std::fs::remove_dir_all(chart);
+}
+
+/// A chart whose Role the shipped RBAC does not let the manager `bind` (`deploy/rbac.yaml` grants it for the
+/// operand's roles by name): the API server refuses its RoleBinding while the Role does not exist (404), and
+/// the apply, which sends bindings beside their roles, sends it once more as soon as the Role is applied
+/// (`src/reconciler/waves.rs`). The CR turns Ready.
+#[tokio::test]
+async fn a_binding_whose_role_the_manager_may_not_bind_is_sent_again_after_its_role() {
+    const ROLE: &str = "sap-btp-operator-leader-election-role";
+    const RENAMED: &str = "sap-btp-operator-elections-role";
+    let Some(env) = start().await else {
+        common::skip("orders the Role after its binding with the embedded server's latency injection");
+        return;
+    };
+    let chart = temp_dir("apply-waves-renamed-role");
+    copy_chart(&chart);
+    let rbac = chart.join("apply").join("rbac.yml");
+    let text = std::fs::read_to_string(&rbac).expect("the chart's rbac.yml");
+    assert!(text.contains(ROLE), "the chart's Role is {ROLE}");
+    std::fs::write(&rbac, text.replace(ROLE, RENAMED)).expect("write the chart");
+    let runtime: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM},
+        "data": {"ResourcesPath": chart.display().to_string()}
+    }))
+    .expect("ConfigMap");
+    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
+        .create(&Default::default(), &runtime)
+        .await
+        .expect("the runtime ConfigMap");
+    common::eventually(
+        Duration::from_secs(10),
+        "the chart with the renamed Role is in use",
+        || async { env.ctx.settings().config.resources_path == chart },
+    )
+    .await;
+    // The Role answered well after its binding, which is sent alongside it.
+    slow_by(&env, "roles", Duration::from_millis(300));
+    env.create_secret_and_cr().await;
+    env.wait_cr(Reason::ReconcileSucceeded, 20).await;
+    let log = env.request_log().expect("request log").entries();
+    let applies = applies(&log);
+    let answers: Vec<(&str, u16)> = applies
+        .iter()
+        .filter(|r| r.resource == "rolebindings" || r.resource == "roles")
+        .map(|r| (r.resource.as_str(), r.code))
+        .collect();
+    assert_eq!(
+        answers,
+        [("rolebindings", 404), ("roles", 201), ("rolebindings", 201)],
+        "the binding went beside its Role and was refused, then was sent again after the Role"
+    );
+    // In the same pass: no status was written between the Role applied and the binding applied (a failed
+    // pass reports its failure before it is retried; the first status goes beside the apply, long before
+    // the slow Role).
+    let manager = common::install::manager_user();
+    let between: Vec<String> = log
+        .iter()
+        .filter(|r| r.user == manager)
+        .skip_while(|r| !(r.resource == "roles" && r.code == 201))
+        .take_while(|r| !(r.resource == "rolebindings" && r.code == 201))
+        .filter(|r| r.resource == "btpoperators" && r.subresource == "status")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(between.is_empty(), "the pass failed and was retried: {between:?}");
+    env.stop().await;
+    let _ = std::fs::remove_dir_all(&chart);
 }

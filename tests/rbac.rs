@@ -377,6 +377,14 @@ fn allowed_unused() -> BTreeMap<Triple, &'static str> {
     ] {
         out.insert(Triple::new(verb, group, resource), soft);
     }
+    // Not a request: the API server asks its authorizer whether the manager may `bind` the role a binding
+    // it applies references, and when it may, skips resolving the role's rules against the manager's own
+    // (a binding no longer waits for its role: src/reconciler/waves.rs). Granted for the operand's two
+    // roles by name.
+    let bind = "authorizes applying the operand's bindings without resolving their roles (src/reconciler/waves.rs)";
+    for resource in ["clusterroles", "roles"] {
+        out.insert(Triple::new("bind", "rbac.authorization.k8s.io", resource), bind);
+    }
     let hard = "hard delete: delete-collection of ServiceBindings, then ServiceInstances, per namespace";
     for resource in ["servicebindings", "serviceinstances"] {
         out.insert(

@@ -216,12 +216,42 @@ async fn round(k8s: &RealK8s, warm: usize) -> Result<(Run, Vec<Run>), String> {
         admission_works(&admin).await;
         manager
     };
-    let mut manager = start().await;
     let trace = std::env::var_os("BTP_BENCH_TRACE").is_some();
+    let mut manager = start().await;
     if trace {
         println!("cold, on a fresh server:");
     }
+    let cpu = || {
+        let mut all = up.cpu();
+        all.extend(crate::realk8s::cpu_seconds("self").map(|s| ("this process (the manager, the bench)", s)));
+        all
+    };
+    // Where the CPU went during a CR to Ready (the machine has two cores, shared with whatever else runs).
+    let port: u16 = k8s.api_port().parse().unwrap_or(0);
+    let said = |(before, connections): (Vec<(&str, f64)>, usize), run: &Run| {
+        if trace {
+            println!(
+                "  connections to the API server: {connections} before the CR, {} at Ready",
+                crate::realk8s::connections_to(port)
+            );
+            let after = cpu();
+            let used: Vec<String> = before
+                .iter()
+                .filter_map(|(name, b)| {
+                    let (_, a) = after.iter().find(|(n, _)| n == name)?;
+                    Some(format!("{name} {:.0} ms", (a - b) * 1e3))
+                })
+                .collect();
+            println!(
+                "  CPU used from the POST until this line ({} to Ready): {}",
+                ms(run.elapsed),
+                used.join(", ")
+            );
+        }
+    };
+    let before = (cpu(), crate::realk8s::connections_to(port));
     let cold = create_until_ready_with(&client, &manager, &others).await;
+    said(before, &cold);
     let mut warms = Vec::new();
     for i in 0..warm {
         delete_without_manager(&admin, manager).await;
@@ -229,7 +259,10 @@ async fn round(k8s: &RealK8s, warm: usize) -> Result<(Run, Vec<Run>), String> {
         if trace {
             println!("warm {}:", i + 1);
         }
-        warms.push(create_until_ready_with(&client, &manager, &others).await);
+        let before = (cpu(), crate::realk8s::connections_to(port));
+        let run = create_until_ready_with(&client, &manager, &others).await;
+        said(before, &run);
+        warms.push(run);
     }
     manager.stop().await;
     stand_in.abort();

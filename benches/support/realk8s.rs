@@ -130,6 +130,33 @@ impl RealK8s {
     }
 }
 
+/// CPU time (user and system) a process has used so far, in seconds (clock ticks of 1/100 s), from
+/// `/proc/<pid>/stat`; None when it cannot be read.
+pub fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (in parentheses, may hold spaces): utime and stime are the 12th and
+    // 13th of them.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    Some((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// How many TCP connections to the API server's port on loopback are established (the clients' ends: those
+/// of this process and of the control plane's own clients), from `/proc/net/tcp`.
+pub fn connections_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address rem_address st ...: the remote end is the API server's port, established (01).
+            fields.get(2).and_then(|r| r.rsplit_once(':')).map(|(_, p)| p) == Some(&format!("{port:04X}")[..])
+                && fields.get(3) == Some(&"01")
+        })
+        .count()
+}
+
 fn env_or_default(name: &str) -> String {
     std::env::var(name)
         .ok()
@@ -143,6 +170,20 @@ pub struct Up {
     k8s: RealK8s,
     /// The admin kubeconfig.
     pub kubeconfig: PathBuf,
+}
+
+impl Up {
+    /// The CPU time each component of the control plane has used so far (etcd, kube-apiserver,
+    /// kube-controller-manager, by their pid files), in seconds.
+    pub fn cpu(&self) -> Vec<(&'static str, f64)> {
+        ["etcd", "kube-apiserver", "kube-controller-manager"]
+            .into_iter()
+            .filter_map(|name| {
+                let pid = std::fs::read_to_string(self.k8s.home.join("run").join(format!("{name}.pid"))).ok()?;
+                Some((name, cpu_seconds(pid.trim())?))
+            })
+            .collect()
+    }
 }
 
 impl Drop for Up {

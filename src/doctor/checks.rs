@@ -73,6 +73,8 @@ pub struct Permission {
     pub resource: String,
     /// The namespace (empty: cluster-wide).
     pub namespace: String,
+    /// The object's name, where the rule names them (`resourceNames`); empty: every object.
+    pub name: String,
     /// Where `deploy/rbac.yaml` grants it (Role or ClusterRole).
     pub granted_by: String,
 }
@@ -81,6 +83,9 @@ impl std::fmt::Display for Permission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let group = if self.group.is_empty() { "\"\"" } else { &self.group };
         write!(f, "{} {} (group {group})", self.verb, self.resource)?;
+        if !self.name.is_empty() {
+            write!(f, " {}", self.name)?;
+        }
         if !self.namespace.is_empty() {
             write!(f, " in {}", self.namespace)?;
         }
@@ -514,6 +519,7 @@ mod tests {
             group: "apiextensions.k8s.io".into(),
             resource: "customresourcedefinitions".into(),
             namespace: String::new(),
+            name: String::new(),
             granted_by: "ClusterRole btp-manager-manager-role".into(),
         };
         let c = rbac("system:serviceaccount:kyma-system:sa", 80, &[p]);

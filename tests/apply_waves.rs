@@ -269,6 +269,24 @@ async fn the_first_failure_in_the_plans_order_is_reported_and_what_needs_the_fai
     env.stop().await;
 }
 
+/// Point the manager at the module chart in `chart` (the runtime ConfigMap's `ResourcesPath`) and wait until
+/// it uses it; `what` names the chart.
+async fn use_chart(env: &Env, chart: &std::path::Path, what: &str) {
+    let runtime: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM},
+        "data": {"ResourcesPath": chart.display().to_string()}
+    }))
+    .expect("ConfigMap");
+    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
+        .create(&Default::default(), &runtime)
+        .await
+        .expect("the runtime ConfigMap");
+    common::eventually(Duration::from_secs(10), &format!("{what} is in use"), || async {
+        env.ctx.settings().config.resources_path == chart
+    })
+    .await;
+}
+
 /// A chart of the module with a CRD of its own and an instance of it (a kind the plan does not name).
 fn chart_with_an_instance() -> std::path::PathBuf {
     let dir = temp_dir("apply-waves");
@@ -310,21 +328,7 @@ async fn an_instance_of_a_crd_of_the_module_is_written_after_the_crds() {
         return env.stop().await;
     };
     let chart = chart_with_an_instance();
-    let runtime: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM},
-        "data": {"ResourcesPath": chart.display().to_string()}
-    }))
-    .expect("ConfigMap");
-    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
-        .create(&Default::default(), &runtime)
-        .await
-        .expect("the runtime ConfigMap");
-    common::eventually(
-        Duration::from_secs(10),
-        "the chart with the Widget is in use",
-        || async { env.ctx.settings().config.resources_path == chart },
-    )
-    .await;
+    use_chart(&env, &chart, "the chart with the Widget").await;
     slow_by(&env, "customresourcedefinitions", Duration::from_millis(300));
     env.create_secret_and_cr().await;
     env.wait_cr(Reason::ReconcileSucceeded, 20).await;
@@ -362,21 +366,7 @@ async fn a_binding_whose_role_the_manager_may_not_bind_is_sent_again_after_its_r
     let text = std::fs::read_to_string(&rbac).expect("the chart's rbac.yml");
     assert!(text.contains(ROLE), "the chart's Role is {ROLE}");
     std::fs::write(&rbac, text.replace(ROLE, RENAMED)).expect("write the chart");
-    let runtime: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "sap-btp-manager", "namespace": names::KYMA_SYSTEM},
-        "data": {"ResourcesPath": chart.display().to_string()}
-    }))
-    .expect("ConfigMap");
-    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), names::KYMA_SYSTEM)
-        .create(&Default::default(), &runtime)
-        .await
-        .expect("the runtime ConfigMap");
-    common::eventually(
-        Duration::from_secs(10),
-        "the chart with the renamed Role is in use",
-        || async { env.ctx.settings().config.resources_path == chart },
-    )
-    .await;
+    use_chart(&env, &chart, "the chart with the renamed Role").await;
     // The Role answered well after its binding, which is sent alongside it.
     slow_by(&env, "roles", Duration::from_millis(300));
     env.create_secret_and_cr().await;

@@ -1392,38 +1392,7 @@ async fn uninstall_keep_operand_is_a_dry_run_unless_applied_and_then_unregisters
             .unwrap()
     };
     watch.await.unwrap();
-    assert!(
-        applied.contains("scaled Deployment kyma-system/btp-manager-controller-manager to 0 replicas"),
-        "{applied}"
-    );
-    assert_nothing_of_ours_registered(&kubeconfig);
-    for (kind, name, namespaced) in [
-        ("deployment", "btp-manager-controller-manager", true),
-        (
-            "customresourcedefinition",
-            "btpoperators.operator.kyma-project.io",
-            false,
-        ),
-        ("btpoperator", names::BTP_OPERATOR_NAME, true),
-        ("secret", names::operand::CA_SECRET, true),
-        (
-            "validatingwebhookconfiguration",
-            names::operand::VALIDATING_WEBHOOK_CONFIGURATION,
-            false,
-        ),
-    ] {
-        assert!(exists(&kubeconfig, kind, name, namespaced), "{kind} {name} stays");
-    }
-    assert_eq!(
-        deployments
-            .get(names::operand::DEPLOYMENT)
-            .await
-            .unwrap()
-            .metadata
-            .generation,
-        generation,
-        "the operand is not touched"
-    );
+    assert_only_the_manager_unregistered(&kubeconfig, &applied, &deployments, generation).await;
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
     let other: BtpOperator = serde_json::from_value(serde_json::json!({
         "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "BtpOperator",
@@ -1498,11 +1467,32 @@ async fn uninstall_keep_operand_as_shipped(cluster: common::shipped::RealCluster
             .await
             .unwrap()
     };
+    assert_only_the_manager_unregistered(&kubeconfig, &applied, &deployments, generation).await;
+    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
+    crs.create(&PostParams::default(), &BtpOperator::new("another"))
+        .await
+        .expect("a BtpOperator create is accepted after the uninstall");
+    crs.delete("another", &Default::default()).await.unwrap();
+    // The CR keeps its finalizer for the next manager: the test's cleanup lets it go, then the documented
+    // uninstall removes the rest of deploy/ (scaled to zero, nothing to stop).
+    drop(shipped);
+    common::shipped::RealCluster::leave_clean(cluster).await;
+}
+
+/// What `uninstall --keep-operand --apply` (its output `applied`) leaves: the manager scaled to zero and
+/// nothing of it registered, while its Deployment, the CRD, the CR, the operand's certificates and webhook
+/// configuration stay and the operand's Deployment keeps its `generation`.
+async fn assert_only_the_manager_unregistered(
+    kubeconfig: &Path,
+    applied: &str,
+    deployments: &Api<k8s_openapi::api::apps::v1::Deployment>,
+    generation: Option<i64>,
+) {
     assert!(
         applied.contains("scaled Deployment kyma-system/btp-manager-controller-manager to 0 replicas"),
         "{applied}"
     );
-    assert_nothing_of_ours_registered(&kubeconfig);
+    assert_nothing_of_ours_registered(kubeconfig);
     for (kind, name, namespaced) in [
         ("deployment", "btp-manager-controller-manager", true),
         (
@@ -1518,7 +1508,7 @@ async fn uninstall_keep_operand_as_shipped(cluster: common::shipped::RealCluster
             false,
         ),
     ] {
-        assert!(exists(&kubeconfig, kind, name, namespaced), "{kind} {name} stays");
+        assert!(exists(kubeconfig, kind, name, namespaced), "{kind} {name} stays");
     }
     assert_eq!(
         deployments
@@ -1530,13 +1520,4 @@ async fn uninstall_keep_operand_as_shipped(cluster: common::shipped::RealCluster
         generation,
         "the operand is not touched"
     );
-    let crs: Api<BtpOperator> = Api::namespaced(client.clone(), "default");
-    crs.create(&PostParams::default(), &BtpOperator::new("another"))
-        .await
-        .expect("a BtpOperator create is accepted after the uninstall");
-    crs.delete("another", &Default::default()).await.unwrap();
-    // The CR keeps its finalizer for the next manager: the test's cleanup lets it go, then the documented
-    // uninstall removes the rest of deploy/ (scaled to zero, nothing to stop).
-    drop(shipped);
-    common::shipped::RealCluster::leave_clean(cluster).await;
 }

@@ -24,10 +24,9 @@ use crate::timeline::Timeline;
 use btp_api::names;
 use btp_manager::credentials_check::stand_in::StandIn;
 use btp_manager::manager::Options;
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use std::time::{Duration, Instant};
 
 const CLIENT_ID: &str = "bench-client";
@@ -39,11 +38,7 @@ fn deploy_objects(file: &str) -> Vec<serde_json::Value> {
         .join("deploy")
         .join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_saphyr::from_multiple::<serde_json::Value>(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
+    btp_manager::shipped::objects(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// `btp-manager run` with the arguments and the operand image of `deploy/deployment.yaml`, every listener
@@ -160,36 +155,10 @@ async fn admission_works(admin: &kube::Client) {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// A CR deleted while no manager runs: the manager stopped (its webhook configurations removed, they would
-/// refuse the delete), the finalizer removed, the CR deleted; the operand stays.
+/// A CR deleted while no manager runs: the manager stopped, then [`super::delete_cr_while_no_manager_runs`].
 async fn delete_without_manager(admin: &kube::Client, manager: Manager) {
     manager.stop().await;
-    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
-        .delete(names::webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
-        .await
-        .expect("remove the validating webhook configuration");
-    Api::<MutatingWebhookConfiguration>::all(admin.clone())
-        .delete(names::webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
-        .await
-        .expect("remove the mutating webhook configuration");
-    let crs: Api<btp_api::BtpOperator> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    let patch = serde_json::json!({"metadata": {"finalizers": null}});
-    crs.patch(names::BTP_OPERATOR_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("remove the finalizer");
-    crs.delete(names::BTP_OPERATOR_NAME, &DeleteParams::default())
-        .await
-        .expect("delete the CR");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while crs
-        .get_opt(names::BTP_OPERATOR_NAME)
-        .await
-        .expect("read the CR")
-        .is_some()
-    {
-        assert!(Instant::now() < deadline, "the CR was not deleted");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    super::delete_cr_while_no_manager_runs(admin).await;
 }
 
 /// One fresh server: its cold run and `warm` warm runs.

@@ -20,11 +20,7 @@ pub fn deploy_objects(file: &str) -> Vec<serde_json::Value> {
         .join("deploy")
         .join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_saphyr::from_multiple::<serde_json::Value>(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
+    btp_manager::shipped::objects(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Server-side apply `objects` as the client's user (field manager `kubectl`), as `kubectl apply

@@ -354,7 +354,8 @@ pub struct WebhookArgs {
     #[arg(long, default_value = btp_api::names::webhook::CERT_SECRET_NAME)]
     pub webhook_cert_secret: String,
     /// Register the webhook configurations with this base URL instead of the in-cluster Service (for a
-    /// manager running outside the cluster). Default outside a cluster: https://127.0.0.1:<webhook port>.
+    /// manager running outside the cluster). Default outside a cluster: https://<webhook bind address>
+    /// (127.0.0.1 for an unspecified one).
     #[arg(long)]
     pub webhook_url: Option<String>,
     /// Extra DNS names for the serving certificate.

@@ -56,14 +56,14 @@ fn args(proxy: SocketAddr) -> Vec<String> {
 /// Plays the webhook Service: new connections go to a replica whose /readyz is 200.
 struct Proxy {
     addr: SocketAddr,
-    backends: Arc<Mutex<Vec<(u16, SocketAddr, bool)>>>,
+    backends: Arc<Mutex<Vec<(SocketAddr, SocketAddr, bool)>>>,
 }
 
 impl Proxy {
     async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let backends: Arc<Mutex<Vec<(u16, SocketAddr, bool)>>> = Arc::default();
+        let backends: Arc<Mutex<Vec<(SocketAddr, SocketAddr, bool)>>> = Arc::default();
         // The kubelet's readiness probe and the endpoints controller: re-check readiness every 100 ms; an endpoint
         // becomes ready on one success and unready after `failureThreshold` (3, the Kubernetes default, which
         // deploy/deployment.yaml keeps) failures in a row, as a kubelet decides. One slow probe on a loaded
@@ -73,7 +73,8 @@ impl Proxy {
             const FAILURE_THRESHOLD: u32 = 3;
             let mut failures: std::collections::HashMap<SocketAddr, u32> = std::collections::HashMap::new();
             loop {
-                let list: Vec<(u16, SocketAddr)> = watched.lock().unwrap().iter().map(|(h, w, _)| (*h, *w)).collect();
+                let list: Vec<(SocketAddr, SocketAddr)> =
+                    watched.lock().unwrap().iter().map(|(h, w, _)| (*h, *w)).collect();
                 for (health, webhook) in list {
                     let failed = failures.entry(webhook).or_default();
                     *failed = if ready(health).await {

@@ -45,7 +45,8 @@ pub struct WebhookOptions {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reach {
     /// As `run` decides: `url` (`--webhook-url`) if given; else, in a cluster, the manager's webhook
-    /// Service; else `https://127.0.0.1:<bound port>`. The certificate names the Service and the URL's host.
+    /// Service; else `https://<bound address>` (loopback for an unspecified one). The certificate names the
+    /// Service and the URL's host.
     Run { url: Option<String>, in_cluster: bool },
     /// As `local` has it: `https://<bound address>` (loopback for an unspecified one), the certificate for
     /// that address and `localhost`.
@@ -92,7 +93,7 @@ pub fn endpoint(namespace: &str, options: &WebhookOptions, bound: SocketAddr) ->
     let url = match (url, in_cluster) {
         (Some(url), _) => Some(url.clone()),
         (None, true) => None,
-        (None, false) => Some(format!("https://127.0.0.1:{}", bound.port())),
+        (None, false) => Some(format!("https://{}", reachable(bound))),
     };
     let endpoint = match url {
         None => Endpoint::Service {
@@ -325,15 +326,19 @@ mod tests {
     }
 
     #[test]
-    fn outside_a_cluster_run_is_reached_on_loopback_at_the_bound_port() {
+    fn outside_a_cluster_run_is_reached_at_the_bound_address() {
         let reach = Reach::Run {
             url: None,
             in_cluster: false,
         };
-        let (at, dns, ips) = endpoint("kyma-system", &options(reach), "0.0.0.0:41234".parse().unwrap());
+        let (at, dns, ips) = endpoint("kyma-system", &options(reach.clone()), "0.0.0.0:41234".parse().unwrap());
         assert_eq!(at, Endpoint::Url("https://127.0.0.1:41234".into()));
         assert_eq!(dns, svc_names("kyma-system"));
         assert_eq!(ips, vec![IpAddr::from(Ipv4Addr::LOCALHOST)]);
+        // Bound to one address: reached there (127.0.0.1 would reach nothing).
+        let (at, _, ips) = endpoint("kyma-system", &options(reach), "127.130.0.7:41234".parse().unwrap());
+        assert_eq!(at, Endpoint::Url("https://127.130.0.7:41234".into()));
+        assert_eq!(ips, vec![IpAddr::from([127, 130, 0, 7])]);
     }
 
     #[test]

@@ -24,7 +24,8 @@
 //!
 //! Pod IPs are data only (`198.18.0.0/15`, the benchmarking range: EndpointSlices refuse loopback): nothing
 //! sends to them. Connections reach containers through [`super::proxy`], which plays kube-proxy on the
-//! Services' ClusterIPs (loopback ranges in these clusters) and looks the containers up here.
+//! Services' ClusterIPs (loopback ranges in these clusters) and looks the containers up here. A container's
+//! ports listen on a loopback IP of their own ([`super::own_addr`]), as a Pod's network is its own.
 #![allow(dead_code)]
 
 use super::pod::{Launch, PodProcess, ServiceAccountFiles};
@@ -605,12 +606,12 @@ async fn run_container(shared: Arc<Shared>, pod: Pod, mut stop: tokio::sync::wat
     if container.command.as_deref() == Some(&["/manager".to_string()][..]) {
         return run_go_manager(&shared, &pod, &files, stop).await;
     }
-    // The container's ports, each on a loopback port of its own.
+    // The container's ports, each on a loopback address of its own (kept across restarts of the container).
     let mut ports = BTreeMap::new();
     let mut extra_args = Vec::new();
     let mut named = HashMap::new();
     for p in container.ports.clone().unwrap_or_default() {
-        let addr = super::free_addr();
+        let addr = super::own_addr();
         ports.insert(p.container_port, addr);
         if let Some(port_name) = p.name.as_deref() {
             named.insert(port_name.to_string(), p.container_port);

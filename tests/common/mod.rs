@@ -253,6 +253,13 @@ impl Env {
             &BtpOperator::crd().unwrap(),
         )
         .await;
+        btp_manager::objects::crd_established(
+            &client,
+            "btpoperators.operator.kyma-project.io",
+            std::time::Duration::from_secs(30),
+        )
+        .await
+        .expect("the BtpOperator CRD is established");
         let real_operand = std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
         let mut kubelet = None;
         if server.is_none() && !real_operand {
@@ -798,6 +805,25 @@ pub fn free_addr() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
+}
+
+/// A loopback address of its own for a process the test starts, as a Pod has an IP of its own: an IP of
+/// `127.128.0.0/10` that no other call of this process returned (its second byte from the process id, so two
+/// test processes side by side rarely share one either), with a port that was free on it a moment ago.
+///
+/// Not [`free_addr`] for a process that binds later, or binds again when restarted: in between, that port of
+/// 127.0.0.1 can be taken by the source port of any outgoing connection of the machine (the kernel draws both
+/// from the same range). Once it was: a restarted manager container's webhook port was held by a long-lived
+/// connection, and every restart failed to bind it. Nothing connects from these IPs.
+pub fn own_addr() -> std::net::SocketAddr {
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let [_, _, hi, lo] = n.to_be_bytes();
+    let process = u8::try_from(128 + std::process::id() % 64).expect("below 192");
+    let ip = std::net::Ipv4Addr::new(127, process, hi, lo);
+    std::net::TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port on a loopback address of its own")
 }
 
 /// A loopback port that was free a moment ago.

@@ -1,6 +1,6 @@
 //! Manager processes for the tests that run several replicas side by side (`tests/shutdown.rs`,
 //! `tests/rollout.rs`): the built binary with `run --leader-elect`, `HOSTNAME` set to the replica's name (so
-//! its Lease identity and the `User-Agent` of its requests carry it), its own loopback ports, and its log in a
+//! its Lease identity and the `User-Agent` of its requests carry it), its own loopback addresses, and its log in a
 //! file.
 
 use btp_api::{names, BtpOperator};
@@ -22,8 +22,8 @@ pub const LEASE: &str = "ec023d38.kyma-project.io";
 pub struct Replica {
     pub name: String,
     child: Child,
-    pub metrics: u16,
-    pub health: u16,
+    pub metrics: SocketAddr,
+    pub health: SocketAddr,
     pub webhook: SocketAddr,
     log: PathBuf,
 }
@@ -32,16 +32,18 @@ impl Replica {
     /// Start `btp-manager run --leader-elect` with `args` (the lease duration, the resources paths and whatever
     /// else the test sets), against `kubeconfig`, logging into `dir`.
     pub fn start(name: &str, kubeconfig: &Path, dir: &Path, args: &[String]) -> Self {
-        let (metrics, health, webhook) = (super::free_port(), super::free_port(), super::free_port());
+        // Each on a loopback address of its own: a port of 127.0.0.1 free a moment ago may be an outgoing
+        // connection's by the time the process binds it.
+        let (metrics, health, webhook) = (super::own_addr(), super::own_addr(), super::own_addr());
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("the replica's log file");
         let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
             .args(["run", "--leader-elect"])
             // Tests reach nothing beyond loopback: the Secrets' token endpoints do not exist.
             .arg("--credentials-check-interval=0")
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
-            .arg(format!("--webhook-bind-address=127.0.0.1:{webhook}"))
+            .arg(format!("--metrics-bind-address={metrics}"))
+            .arg(format!("--health-probe-bind-address={health}"))
+            .arg(format!("--webhook-bind-address={webhook}"))
             .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("HOSTNAME", name)
@@ -61,7 +63,7 @@ impl Replica {
             child,
             metrics,
             health,
-            webhook: SocketAddr::from(([127, 0, 0, 1], webhook)),
+            webhook,
             log,
         }
     }
@@ -114,9 +116,9 @@ impl Drop for Replica {
     }
 }
 
-/// `GET /readyz` on a health port: whether it answered 200.
-pub async fn ready(port: u16) -> bool {
-    http_get(port, "/readyz").await.is_some_and(|r| is_ok(&r))
+/// `GET /readyz` on a health address: whether it answered 200.
+pub async fn ready(addr: SocketAddr) -> bool {
+    http_get(addr, "/readyz").await.is_some_and(|r| is_ok(&r))
 }
 
 /// Whether an HTTP response is a 200.
@@ -124,10 +126,10 @@ pub fn is_ok(response: &str) -> bool {
     response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
 }
 
-/// `GET path` on a loopback port: the whole response, None when none came within 500 ms.
-pub async fn http_get(port: u16, path: &str) -> Option<String> {
+/// `GET path` at a loopback address: the whole response, None when none came within 500 ms.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
     let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
         s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
             .await
             .ok()?;
@@ -176,6 +178,13 @@ pub async fn cluster(name: &str) -> (RunningApiServer, kube::Client, PathBuf) {
         .create(&PostParams::default(), &BtpOperator::crd().expect("the CRD"))
         .await
         .expect("the BtpOperator CRD");
+    btp_manager::objects::crd_established(
+        &client,
+        "btpoperators.operator.kyma-project.io",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .expect("the BtpOperator CRD is established");
     let mut secret = serde_json::json!({
         "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
                      "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
@@ -242,6 +251,13 @@ pub async fn any_cluster(name: &str) -> Option<ReplicaCluster> {
         &BtpOperator::crd().expect("the CRD"),
     )
     .await;
+    btp_manager::objects::crd_established(
+        &client,
+        "btpoperators.operator.kyma-project.io",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .expect("the BtpOperator CRD is established");
     let token = super::install::shipped_identity_token(&client).await;
     std::fs::write(
         dir.join("kubeconfig"),

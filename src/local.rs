@@ -75,11 +75,20 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     if rec.chart_namespace != names::KYMA_SYSTEM {
         create_namespace(&client, &rec.chart_namespace).await?;
     }
+    let crd = BtpOperator::crd()?;
     Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &BtpOperator::crd()?)
+        .create(&PostParams::default(), &crd)
         .await
         .map_err(|e| anyhow::anyhow!(kube_message(&e)))
         .context("installing the BtpOperator CRD")?;
+    // Served only once established (a CR created before would be refused, 404).
+    crate::objects::crd_established(
+        &client,
+        &kube::ResourceExt::name_any(&crd),
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .context("installing the BtpOperator CRD")?;
     say(started, "installed the BtpOperator CRD in namespace kyma-system");
     // As `kubectl apply -k deploy/` would have it, for the manager: its ServiceAccount and RBAC (the embedded
     // server enforces it for the manager, which runs as that ServiceAccount), Services and Deployment (whose

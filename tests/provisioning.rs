@@ -5,6 +5,7 @@ mod common;
 
 use btp_api::{names, Reason};
 use btp_manager::config::Config;
+use common::operand::{service_instance, services};
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -215,63 +216,77 @@ async fn no_service_request_after_a_deprovisioning_removed_their_crds() {
     env.stop().await;
 }
 
-/// The ServiceInstance/ServiceBinding watches start when their CRDs appear (the first install creates
-/// them), and stop when they go: before the install, no request for them reaches the API server (a watch
-/// that retried a 404 every few seconds used to).
+/// The ServiceInstance/ServiceBinding deletions watches run only while the CR is being deleted (their
+/// deletions wake a deprovisioning they held), and then only once their CRDs are established. An install sends
+/// no request for them nor watches their CRDs: on a real server the watches started at the CRDs' create got a
+/// 404 list each on nearly every install, and they held four watches on the API server for the module's whole
+/// life. A deletion held by a ServiceInstance starts them, without a request the server refuses.
 #[tokio::test]
-async fn no_service_request_while_their_crds_are_absent() {
+async fn the_services_watches_run_only_while_the_cr_is_deleted() {
     let env = Env::start(Config::default(), true).await;
     let Some(log) = env.requests.clone() else {
         skip("counts the manager's requests: needs the API server's audit log (BTP_E2E_AUDIT_LOG)");
         return env.stop().await;
     };
-    // On a real cluster kube-controller-manager follows every resource too (its garbage collector).
-    let ours =
-        |r: &btp_apiserver::testing::RequestRecord| env.manager_user_on_real.as_ref().is_none_or(|u| &r.user == u);
+    // The manager's requests: not the test's, nor the operand stand-in's (which follows ServiceInstances), nor
+    // on a real cluster kube-controller-manager's (its garbage collector follows every resource).
+    let ours = |r: &btp_apiserver::testing::RequestRecord| {
+        r.user_agent.starts_with("btp-manager/") && env.manager_user_on_real.as_ref().is_none_or(|u| &r.user == u)
+    };
     let is_service = |r: &btp_apiserver::testing::RequestRecord| {
         ours(r)
             && r.group == names::SERVICES_GROUP
             && matches!(r.resource.as_str(), "serviceinstances" | "servicebindings")
     };
-    let is_crd_watch = |r: &btp_apiserver::testing::RequestRecord, plural: &str| {
+    let is_services_crd = |r: &btp_apiserver::testing::RequestRecord| {
         ours(r)
             && r.resource == "customresourcedefinitions"
-            && r.verb == "watch"
-            && r.query.contains(&format!("{plural}.services.cloud.sap.com"))
+            && ["serviceinstances", "servicebindings"]
+                .iter()
+                .any(|p| r.query.contains(&format!("{p}.{}", names::SERVICES_GROUP)))
     };
-    // The manager follows both CRDs before anything is installed.
-    eventually(Duration::from_secs(10), "the manager watches both CRDs", || {
-        let all = log.since(0);
-        let ok = ["serviceinstances", "servicebindings"]
-            .iter()
-            .all(|p| all.iter().any(|r| is_crd_watch(r, p)));
-        async move { ok }
-    })
-    .await;
+    let show = |r: &btp_apiserver::testing::RequestRecord| format!("{} {}?{} -> {}", r.verb, r.path, r.query, r.code);
     env.create_secret_and_cr().await;
     env.wait_cr(Reason::ReconcileSucceeded, 20).await;
-    // Installed: both watches run.
+    let _operand = env.play_operand(true).await;
+    env.ensure_namespace("team-a").await;
+    Api::<kube::api::DynamicObject>::namespaced_with(env.client.clone(), "team-a", &services("ServiceInstance"))
+        .create(&Default::default(), &service_instance("team-a", "si-1"))
+        .await
+        .unwrap();
+    let installed: Vec<_> = log
+        .since(0)
+        .iter()
+        .filter(|r| is_service(r) || is_services_crd(r))
+        .map(show)
+        .collect();
+    assert!(
+        installed.is_empty(),
+        "requests for the services before any deletion: {installed:#?}"
+    );
+
+    let mark = log.len();
+    env.delete_cr().await;
+    env.wait_cr(Reason::ServiceInstancesAndBindingsNotCleaned, 10).await;
     eventually(Duration::from_secs(10), "both deletions watches started", || {
-        let all = log.since(0);
-        let ok = ["serviceinstances", "servicebindings"]
-            .iter()
-            .all(|p| all.iter().any(|r| is_service(r) && r.resource == *p && r.code == 200));
+        let sent = log.since(mark);
+        let ok = ["serviceinstances", "servicebindings"].iter().all(|p| {
+            sent.iter()
+                .any(|r| is_service(r) && r.resource == *p && r.verb == "watch" && r.code == 200)
+        });
         async move { ok }
     })
     .await;
-    let all = log.since(0);
-    for plural in ["serviceinstances", "servicebindings"] {
-        let crd = format!("{plural}.services.cloud.sap.com");
-        let created = all
-            .iter()
-            .position(|r| r.resource == "customresourcedefinitions" && r.name == crd && r.changed)
-            .unwrap_or_else(|| panic!("the install wrote {crd}"));
-        let first = all.iter().position(|r| is_service(r) && r.resource == plural).unwrap();
-        assert!(
-            first > created,
-            "a {plural} request ({:?}) before its CRD existed",
-            all[first].path
-        );
-    }
+    // A real API server serves the resource only once the CRD is established: a request before is answered 404.
+    let refused: Vec<_> = log
+        .since(0)
+        .iter()
+        .filter(|r| is_service(r) && r.code == 404)
+        .map(show)
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "services requests before they were served: {refused:#?}"
+    );
     env.stop().await;
 }

@@ -257,6 +257,13 @@ async fn the_api_server_refuses_a_misnamed_cr_and_an_incomplete_secret_through_o
     crds.create(&PostParams::default(), &BtpOperator::crd().unwrap())
         .await
         .unwrap();
+    btp_manager::objects::crd_established(
+        &client,
+        "btpoperators.operator.kyma-project.io",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .expect("the BtpOperator CRD is established");
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
@@ -474,6 +481,13 @@ async fn with_the_manager_down_create_is_refused_and_delete_is_not_blocked() {
         .create(&PostParams::default(), &BtpOperator::crd().unwrap())
         .await
         .unwrap();
+    btp_manager::objects::crd_established(
+        &client,
+        "btpoperators.operator.kyma-project.io",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .expect("the BtpOperator CRD is established");
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
     crs.create(&PostParams::default(), &BtpOperator::new("btpoperator"))
         .await

@@ -20,6 +20,10 @@ pub struct Config {
     /// How long a deleted namespace stays `Terminating` before its content is deleted (a real cluster's
     /// namespace controller takes seconds; creates in it are refused meanwhile).
     pub namespace_termination_delay: Duration,
+    /// How long a created CRD waits to be established (its names accepted, `Established`, its resource served):
+    /// a real API server's own controllers take tens of milliseconds, and a request for the resource in between
+    /// is answered 404 (`tests/corpus`: crd-served-once-established).
+    pub crd_establish_delay: Duration,
     /// The Kubernetes version the server presents (`/version`) and whose version-gated behaviour it
     /// follows (see [`KubeVersion`]).
     pub version: KubeVersion,
@@ -67,6 +71,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(5),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             namespace_termination_delay: Duration::from_millis(500),
+            crd_establish_delay: Duration::from_millis(20),
             version: KubeVersion::default(),
         }
     }

@@ -33,6 +33,7 @@ pub(crate) struct State {
     pub webhooks: WebhookClient,
     pub bookmark_interval: Duration,
     pub namespace_termination_delay: Duration,
+    pub crd_establish_delay: Duration,
     /// The Kubernetes version the server behaves as.
     pub version: KubeVersion,
     pub addr: SocketAddr,

@@ -57,6 +57,7 @@ async fn start(config: Config) -> Result<RunningApiServer, Error> {
         webhooks: WebhookClient::new(config.service_map.clone()),
         bookmark_interval: config.bookmark_interval,
         namespace_termination_delay: config.namespace_termination_delay,
+        crd_establish_delay: config.crd_establish_delay,
         version: config.version,
         addr,
         shutdown: sd_rx.clone(),

@@ -193,6 +193,13 @@ pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item =
     crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
         .await
         .expect("BtpOperator CRD");
+    btp_manager::objects::crd_established(
+        client,
+        "btpoperators.operator.kyma-project.io",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .expect("the BtpOperator CRD is established");
     // The operand's CRDs as the manager loads its manifests (as untyped objects: a typed
     // CustomResourceDefinition parsed here would compile its whole schema's deserializer into every benchmark
     // again).
@@ -203,6 +210,13 @@ pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item =
     for doc in module.apply.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
         let crd: DynamicObject = serde_json::from_value(doc.clone()).expect("operand CRD object");
         untyped.create(&PostParams::default(), &crd).await.expect("operand CRD");
+        btp_manager::objects::crd_established(
+            client,
+            &kube::ResourceExt::name_any(&crd),
+            std::time::Duration::from_secs(30),
+        )
+        .await
+        .expect("the operand CRD is established");
     }
 }
 

@@ -57,6 +57,9 @@ struct Term {
     settings: watch::Sender<Arc<Settings>>,
     /// What is remembered about the CR from one pass to the next.
     memory: Mutex<CrMemory>,
+    /// Whether the CR is being deleted, for what runs only then (the ServiceInstance/ServiceBinding
+    /// deletions watches); the pass changes it with the memory's flag ([`Context::deletion_begins`]).
+    deleting: watch::Sender<bool>,
     /// Consecutive failed reconciles (for the error backoff); reset by a success.
     failures: AtomicU32,
     /// When the retry of a failed reconcile is due, and whether a trigger was deferred to it ([`Gate`]).
@@ -80,6 +83,7 @@ impl Term {
         Self {
             settings: watch::Sender::new(settings),
             memory: Mutex::new(CrMemory::default()),
+            deleting: watch::Sender::new(false),
             failures: AtomicU32::new(0),
             gate: Mutex::new(Gate::default()),
             passes: std::sync::atomic::AtomicU64::new(0),
@@ -205,6 +209,25 @@ impl Context {
             secondary: None,
         };
         self.publish(event, cr.object_ref(&()));
+    }
+
+    /// The CR is being deleted (its pass deprovisions): remembered, and what runs only then starts.
+    pub fn deletion_begins(&self) {
+        let term = self.term();
+        lock(&term.memory).set_deleting();
+        term.deleting.send_if_modified(|d| !std::mem::replace(d, true));
+    }
+
+    /// The deletion is over, or there is none (see [`CrMemory::end_deletion`]); what ran for it stops.
+    pub fn deletion_ends(&self) {
+        let term = self.term();
+        lock(&term.memory).end_deletion();
+        term.deleting.send_if_modified(|d| std::mem::replace(d, false));
+    }
+
+    /// Whether the CR of this term is being deleted, as it changes.
+    pub fn watch_deleting(&self) -> watch::Receiver<bool> {
+        self.term().deleting.subscribe()
     }
 
     /// Read or change what is remembered about the CR ([`CrMemory`]; the lock is held only for `f`).

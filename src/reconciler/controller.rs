@@ -9,6 +9,7 @@ use crate::tasks::BoxedFuture;
 use crate::watch_backoff::WatchBackoff;
 use btp_api::{names, BtpOperator};
 use futures::StreamExt as _;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -118,22 +119,26 @@ fn verdict_changes(
 
 /// Deletions of `kind` (ServiceInstance or ServiceBinding), as triggers while the CR is being deleted.
 /// Metadata only, and nothing is stored: 10,000 of them cost a few pages of listing, not memory. After every
-/// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. The watch runs
-/// only while the kind's CRD exists (a watch on that CRD starts and stops it, [`CrdPresence`]): no request
-/// goes to a resource the API server does not serve.
+/// (re)list the CR is checked too, so deletions missed while the watch was down are not lost. It runs only
+/// while the CR is being deleted ([`Context::deletion_begins`]; the first list of the watch brings the pass
+/// that sees what it missed before), and only while the kind's CRD is established (a watch on that CRD starts
+/// and stops it, [`CrdPresence`]): no request goes to a resource the API server does not serve, and none at
+/// all while the module is installed or being installed.
 fn service_deletions(
     ctx: Arc<Context>,
     kind: &'static str,
 ) -> impl futures::Stream<Item = ObjectRef<BtpOperator>> + Send + 'static {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let follower = crate::tasks::AbortOnDrop::new(tokio::spawn(follow_services_crd(ctx, kind, tx)));
+    let follower = crate::tasks::AbortOnDrop::new(tokio::spawn(while_deleting(ctx, kind, tx)));
     // The follower (and the deletions watch it runs) ends with this stream.
     futures::stream::unfold((rx, follower), |(mut rx, follower)| async move {
         rx.recv().await.map(|cr| (cr, (rx, follower)))
     })
 }
 
-/// Whether a CRD exists, from the events of a watch on it by name. Pure.
+/// Whether a CRD's resource is served, from the events of a watch on that CRD by name: it is once the CRD is
+/// `Established` (a real API server answers 404 for the resource between the CRD's create and that condition,
+/// tens of milliseconds on a busy server), until the CRD is gone. Pure.
 #[derive(Debug, Default)]
 pub struct CrdPresence {
     present: bool,
@@ -142,18 +147,18 @@ pub struct CrdPresence {
 
 impl CrdPresence {
     /// The presence after `event`, when it changed.
-    pub fn on<K>(&mut self, event: &watcher::Event<K>) -> Option<bool> {
+    pub fn on(&mut self, event: &watcher::Event<CustomResourceDefinition>) -> Option<bool> {
         let next = match event {
             watcher::Event::Init => {
                 self.listing = Some(false);
                 return None;
             }
-            watcher::Event::InitApply(_) => {
-                self.listing = Some(true);
+            watcher::Event::InitApply(crd) => {
+                self.listing = Some(established(crd));
                 return None;
             }
             watcher::Event::InitDone => self.listing.take().unwrap_or(false),
-            watcher::Event::Apply(_) => true,
+            watcher::Event::Apply(crd) => established(crd),
             watcher::Event::Delete(_) => false,
         };
         (next != self.present).then(|| {
@@ -163,17 +168,43 @@ impl CrdPresence {
     }
 }
 
-/// Follow the CRD of `kind`: while it exists, run the watch of `kind`'s deletions, sending its triggers to
+/// Whether `crd` has the condition `Established` true: its resource is served.
+fn established(crd: &CustomResourceDefinition) -> bool {
+    use kube::runtime::wait::Condition as _;
+    kube::runtime::wait::conditions::is_crd_established().matches_object(Some(crd))
+}
+
+/// While the CR is being deleted, follow the CRD of `kind` ([`follow_services_crd`]).
+async fn while_deleting(
+    ctx: Arc<Context>,
+    kind: &'static str,
+    tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
+) {
+    let mut deleting = ctx.watch_deleting();
+    loop {
+        if deleting.wait_for(|d| *d).await.is_err() {
+            return;
+        }
+        tracing::debug!(kind, "the CR is being deleted: following the CRD");
+        tokio::select! {
+            () = follow_services_crd(ctx.clone(), kind, tx.clone()) => return,
+            over = deleting.wait_for(|d| !*d) => if over.is_err() { return },
+        }
+        tracing::debug!(kind, "the deletion is over: no longer following the CRD");
+    }
+}
+
+/// Follow the CRD of `kind`: while it is established, run the watch of `kind`'s deletions, sending its triggers to
 /// `tx`; when it goes, stop it.
 async fn follow_services_crd(
     ctx: Arc<Context>,
     kind: &'static str,
     tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<BtpOperator>>,
 ) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let resource = super::cluster::services_resource(kind);
     let crd = format!("{}.{}", resource.plural, resource.group);
-    let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(ctx.client.clone());
+    // The whole object (its status says whether it is established); one object, changed a few times an install.
+    let api: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
     let mut events = watcher::watcher(api, watcher::Config::default().fields(&format!("metadata.name={crd}")))
         .backoff(WatchBackoff::default())
         .boxed();
@@ -426,22 +457,50 @@ mod tests {
         assert!(!stuck_at_start(late, true, 1, 1), "a pass began");
     }
 
+    /// A CRD as a real API server shows it: first without conditions (just created), then `Established`.
+    fn crd(established: Option<&str>) -> CustomResourceDefinition {
+        let conditions: Vec<_> = established
+            .map(|status| serde_json::json!({"type": "Established", "status": status}))
+            .into_iter()
+            .chain([serde_json::json!({"type": "NamesAccepted", "status": "True"})])
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "serviceinstances.services.cloud.sap.com"},
+            "spec": {"group": "services.cloud.sap.com", "scope": "Namespaced",
+                     "names": {"plural": "serviceinstances", "kind": "ServiceInstance"}, "versions": []},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn crd_presence_follows_lists_and_events() {
         use watcher::Event as E;
+        let (new, served, not_yet) = (crd(None), crd(Some("True")), crd(Some("False")));
         let mut p = CrdPresence::default();
-        assert_eq!(p.on::<()>(&E::Init), None);
-        assert_eq!(p.on::<()>(&E::InitDone), None, "listed, absent: unchanged");
-        assert_eq!(p.on(&E::Apply(())), Some(true), "created");
-        assert_eq!(p.on(&E::Apply(())), None, "updated");
-        assert_eq!(p.on(&E::Delete(())), Some(false), "deleted");
+        assert_eq!(p.on(&E::Init), None);
+        assert_eq!(p.on(&E::InitDone), None, "listed, absent: unchanged");
+        assert_eq!(
+            p.on(&E::Apply(new.clone())),
+            None,
+            "created: not served before it is established"
+        );
+        assert_eq!(p.on(&E::Apply(not_yet.clone())), None, "Established False: not served");
+        assert_eq!(p.on(&E::Apply(served.clone())), Some(true), "established");
+        assert_eq!(p.on(&E::Apply(served.clone())), None, "updated");
+        assert_eq!(p.on(&E::Delete(served.clone())), Some(false), "deleted");
         // A relist that finds it again.
-        assert_eq!(p.on::<()>(&E::Init), None);
-        assert_eq!(p.on(&E::InitApply(())), None, "decided at InitDone");
-        assert_eq!(p.on::<()>(&E::InitDone), Some(true));
+        assert_eq!(p.on(&E::Init), None);
+        assert_eq!(p.on(&E::InitApply(served.clone())), None, "decided at InitDone");
+        assert_eq!(p.on(&E::InitDone), Some(true));
         // A relist that no longer finds it (deleted while the watch was down).
-        assert_eq!(p.on::<()>(&E::Init), None);
-        assert_eq!(p.on::<()>(&E::InitDone), Some(false));
+        assert_eq!(p.on(&E::Init), None);
+        assert_eq!(p.on(&E::InitDone), Some(false));
+        // A relist that finds it created but not yet established.
+        assert_eq!(p.on(&E::Init), None);
+        assert_eq!(p.on(&E::InitApply(new)), None);
+        assert_eq!(p.on(&E::InitDone), None, "still not served");
     }
 
     #[test]

@@ -35,7 +35,7 @@ async fn stages(
     let finalizer = cr.finalizers().iter().any(|f| f == names::FINALIZER);
     if finalizer {
         // From here on, deletions of ServiceInstances and ServiceBindings wake the reconciler.
-        ctx.memory(|m| m.set_deleting());
+        ctx.deletion_begins();
     }
     let forced = plan::force_delete(cr.labels());
     let mut pass = Pass::default();
@@ -50,7 +50,7 @@ async fn stages(
         };
         match plan::stage(&facts, config.hard_delete_timeout, config.hard_delete_check_interval) {
             Stage::NotOurs => {
-                ctx.memory(|m| m.end_deletion());
+                ctx.deletion_ends();
                 return Ok(End::AwaitChange);
             }
             Stage::Announce(outcome) | Stage::Unblocked(outcome) => status.set(outcome).await?,
@@ -126,7 +126,7 @@ async fn stages(
             Stage::Deprovisioned => {
                 tracing::info!("BtpOperator deprovisioned: finalizer removed");
                 ctx.metrics.cr_state(None);
-                ctx.memory(|m| m.end_deletion());
+                ctx.deletion_ends();
                 return Ok(End::AwaitChange);
             }
         }

@@ -112,7 +112,7 @@ async fn reconcile_once(
     let end = if deleting {
         deprovision::run(ctx, settings, cr, &mut status).await
     } else {
-        ctx.memory(|m| m.end_deletion());
+        ctx.deletion_ends();
         let end = provision::run(ctx, settings, cr, &mut status).await;
         super::credentials_condition::hand_over(ctx, settings).await;
         end

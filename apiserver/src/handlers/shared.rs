@@ -6,10 +6,13 @@ use crate::error::{ApiError, ApiResult};
 use crate::patch::parse_json_or_yaml;
 use crate::registry::ResourceDef;
 use crate::store::Gr;
-use crate::util::{is_dns1123_label, is_dns1123_subdomain, meta_mut, name_of, now_rfc3339, LABEL_MSG, SUBDOMAIN_MSG};
+use crate::util::{
+    is_dns1123_label, is_dns1123_subdomain, meta_mut, name_of, now_rfc3339, rv_of, LABEL_MSG, SUBDOMAIN_MSG,
+};
 use axum::http::header;
 use base64::Engine;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
 pub(crate) const MAX_RETRIES: usize = 32;
 
@@ -436,16 +439,6 @@ pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             let def = crate::registry::def_from_crd(obj)
                 .map_err(|e| ApiError::invalid(&t.def.group, &t.def.kind, &name, "spec", &e))?;
-            let now = now_rfc3339();
-            // keep transition times stable across writes so re-applying a CRD is a no-op
-            let since = |t: &str| -> Value {
-                obj.pointer("/status/conditions")
-                    .and_then(Value::as_array)
-                    .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(t)))
-                    .and_then(|c| c.get("lastTransitionTime").cloned())
-                    .unwrap_or_else(|| json!(now))
-            };
-            let (names_since, est_since) = (since("NamesAccepted"), since("Established"));
             let storage: Vec<Value> = obj
                 .pointer("/spec/versions")
                 .and_then(Value::as_array)
@@ -456,22 +449,25 @@ pub(crate) fn defaults(t: &Target, obj: &mut Value) -> ApiResult<()> {
                         .collect()
                 })
                 .unwrap_or_default();
-            let mut accepted =
-                json!({"plural": def.plural, "singular": def.singular, "kind": def.kind, "listKind": def.list_kind});
-            if !def.short_names.is_empty() {
-                accepted["shortNames"] = json!(def.short_names);
+            if crd_established(obj) {
+                // keep transition times stable across writes so re-applying a CRD is a no-op
+                let since = |t: &str| -> Option<Value> {
+                    obj.pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(t)))
+                        .and_then(|c| c.get("lastTransitionTime").cloned())
+                };
+                let (names_since, est_since) = (since("NamesAccepted"), since("Established"));
+                obj["status"] = established_status(&def, names_since, est_since, storage);
+            } else {
+                // Just created (or written again before it was established): as a real server stores it until
+                // its controllers accept the names ([`after_write`] establishes it later).
+                obj["status"] = json!({
+                    "conditions": null,
+                    "acceptedNames": {"plural": "", "kind": ""},
+                    "storedVersions": storage,
+                });
             }
-            if !def.categories.is_empty() {
-                accepted["categories"] = json!(def.categories);
-            }
-            obj["status"] = json!({
-                "conditions": [
-                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": names_since},
-                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": est_since},
-                ],
-                "acceptedNames": accepted,
-                "storedVersions": storage,
-            });
         }
         _ => {}
     }
@@ -510,12 +506,96 @@ pub(crate) fn strip_volatile(v: &Value) -> Value {
     v
 }
 
-/// Registers CRDs after they are written.
-pub(crate) fn after_write(st: &State, gr: &Gr, obj: &Value) {
-    if *gr == crd_gr() {
+/// `metadata.uid` of an object ("" when it has none).
+fn uid_of(obj: &Value) -> String {
+    obj.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Whether a CRD has the condition `Established` true.
+pub(crate) fn crd_established(crd: &Value) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Established")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
+}
+
+/// The status of an established CRD: its names accepted, `Established` (each condition since the time given,
+/// else now), as kube-apiserver's naming and establishing controllers write it.
+fn established_status(
+    def: &ResourceDef,
+    names_since: Option<Value>,
+    est_since: Option<Value>,
+    storage: Vec<Value>,
+) -> Value {
+    let now = now_rfc3339();
+    let mut accepted =
+        json!({"plural": def.plural, "singular": def.singular, "kind": def.kind, "listKind": def.list_kind});
+    if !def.short_names.is_empty() {
+        accepted["shortNames"] = json!(def.short_names);
+    }
+    if !def.categories.is_empty() {
+        accepted["categories"] = json!(def.categories);
+    }
+    json!({
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": names_since.unwrap_or_else(|| json!(now))},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": est_since.unwrap_or_else(|| json!(now))},
+        ],
+        "acceptedNames": accepted,
+        "storedVersions": storage,
+    })
+}
+
+/// Registers CRDs after they are written: an established one is served at once; a new one only once
+/// established, `crd_establish_delay` later, as a real server's controllers do it.
+pub(crate) fn after_write(st: &Arc<State>, gr: &Gr, obj: &Value) {
+    if *gr != crd_gr() {
+        return;
+    }
+    if crd_established(obj) {
         if let Ok(def) = crate::registry::def_from_crd(obj) {
             // a CRD that stopped serving a version keeps its objects; it simply is not served
             st.registry.insert(def);
+        }
+        return;
+    }
+    let (st, name, uid) = (st.clone(), name_of(obj).to_string(), uid_of(obj));
+    tokio::spawn(async move {
+        tokio::time::sleep(st.crd_establish_delay).await;
+        establish_crd(&st, &name, &uid);
+    });
+}
+
+/// Establish CRD `name` if it is still the one with `uid` and not yet established: its status written (a new
+/// resourceVersion, a watch event), then its resource served.
+fn establish_crd(st: &State, name: &str, uid: &str) {
+    loop {
+        let Some(current) = st.store.get(&crd_gr(), "", name) else {
+            return;
+        };
+        if uid_of(&current) != uid || crd_established(&current) {
+            return;
+        }
+        let Ok(def) = crate::registry::def_from_crd(&current) else {
+            return;
+        };
+        let mut next = (*current).clone();
+        let storage = next
+            .pointer("/status/storedVersions")
+            .cloned()
+            .unwrap_or_else(|| json!([]));
+        let storage = storage.as_array().cloned().unwrap_or_default();
+        next["status"] = established_status(&def, None, None, storage);
+        if let crate::store::Cas::Ok(_) = st.store.replace(&crd_gr(), "", name, rv_of(&current), next) {
+            st.registry.insert(def);
+            return;
         }
     }
 }

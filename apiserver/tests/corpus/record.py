@@ -8,7 +8,8 @@ A spec is a case without answers: {"case", "why", "notes"?, "steps": [{"as"?, "g
 kubeconfig's admin (a client certificate), or as another user through `Impersonate-User`/`Impersonate-Group`,
 with `Accept: application/json` and the recorder's `User-Agent`. The answer is normalised as the corpus README
 says and written into DIR/<case>.json, the format `apiserver/tests/it/corpus.rs` replays. Only the standard
-library is used. `poll` ({"until_status": N, "timeout": S}) repeats a step until its status is N.
+library is used. `poll` ({"until_status": [N], "until_contains"?: {pointer: [subset]}, "timeout": S}) repeats a
+step until its condition holds.
 """
 import argparse
 import base64
@@ -108,6 +109,38 @@ def send(server, files, step):
     return resp.status, parsed, warnings, content_type
 
 
+def contains(have, want):
+    """Whether `have` holds every key of `want` with the same value (nested objects alike)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(k in have and contains(have[k], v) for k, v in want.items())
+    return have == want
+
+
+def pointer(v, ptr):
+    for part in [p for p in ptr.split("/")[1:]]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(v, dict):
+            v = v.get(part)
+        elif isinstance(v, list) and part.isdigit() and int(part) < len(v):
+            v = v[int(part)]
+        else:
+            return None
+    return v
+
+
+def poll_done(poll, status, body):
+    """A `poll` step's condition, as the replay (apiserver/tests/it/corpus.rs) checks it: `until_status` (a code
+    or a list of codes) and `until_contains` ({pointer: [subset objects]}, each found in the array there)."""
+    want = poll.get("until_status")
+    if want is not None and status not in (want if isinstance(want, list) else [want]):
+        return False
+    for ptr, subsets in poll.get("until_contains", {}).items():
+        items = pointer(normalise(body), ptr) or []
+        if not all(any(contains(it, sub) for it in items) for sub in subsets):
+            return False
+    return True
+
+
 def record(server, files, spec, version):
     steps = []
     for i, step in enumerate(spec["steps"]):
@@ -115,8 +148,7 @@ def record(server, files, spec, version):
         started = time.monotonic()
         while True:
             status, body, warnings, content_type = send(server, files, step)
-            want = step.get("poll", {}).get("until_status")
-            if want is None or status == want or time.monotonic() > deadline:
+            if poll_done(step.get("poll", {}), status, body) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         out = {k: v for k, v in step.items() if k not in ("poll",)}

@@ -360,10 +360,14 @@ impl Replay<'_> {
     }
 
     fn poll_done(&self, poll: &Value, status: u16, body: &Value) -> bool {
-        if let Some(codes) = poll["until_status"].as_array() {
-            if !codes.iter().any(|c| c.as_u64() == Some(u64::from(status))) {
-                return false;
-            }
+        // A code, or a list of codes (recordings have both).
+        let codes = match &poll["until_status"] {
+            Value::Array(codes) => codes.clone(),
+            Value::Null => vec![],
+            code => vec![code.clone()],
+        };
+        if !codes.is_empty() && !codes.iter().any(|c| c.as_u64() == Some(u64::from(status))) {
+            return false;
         }
         if let Some(eq) = poll["until_equal"].as_object() {
             let n = self.norm.value(body);

@@ -74,6 +74,68 @@ pub fn widget_crd(status: bool) -> CustomResourceDefinition {
     .unwrap()
 }
 
+/// Create `crd` and wait until it is established (its resource served), as a client of a real server must:
+/// the established CRD.
+pub async fn create_established(
+    crds: &Api<CustomResourceDefinition>,
+    crd: &CustomResourceDefinition,
+) -> CustomResourceDefinition {
+    let created = crds.create(&PostParams::default(), crd).await.unwrap();
+    wait_established(crds, created.metadata.name.as_deref().unwrap()).await
+}
+
+/// Wait until CRD `name` is established: the established CRD.
+pub async fn wait_established(crds: &Api<CustomResourceDefinition>, name: &str) -> CustomResourceDefinition {
+    let established = std::sync::Mutex::new(None);
+    let ok = wait_until(std::time::Duration::from_secs(10), || async {
+        let crd = crds.get(name).await.unwrap();
+        let yes = crd
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        if yes {
+            *established.lock().unwrap() = Some(crd);
+        }
+        yes
+    })
+    .await;
+    assert!(ok, "{name} established");
+    established.into_inner().unwrap().unwrap()
+}
+
+/// A created CRD is not served at once: its create answers with no conditions and no accepted names (as a
+/// real server's does, tests/corpus: crd-served-once-established); the resource is 404 until the server's
+/// controllers establish it, which a watch of the CRD sees as one more version.
+#[tokio::test]
+async fn a_created_crd_is_served_once_established() {
+    // A delay long enough that the request right after the create is certainly inside it.
+    let srv = start_with(btp_apiserver::Config {
+        crd_establish_delay: std::time::Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await;
+    let client = srv.client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let created = crds.create(&PostParams::default(), &widget_crd(true)).await.unwrap();
+    let status = created.status.clone().unwrap();
+    assert_eq!(status.conditions, None);
+    assert_eq!(status.accepted_names.unwrap().plural, "");
+    let path = "/apis/example.com/v1/namespaces/default/widgets";
+    let (code, _, body) = raw(&srv, "GET", path, None, "", None).await;
+    assert_eq!(
+        (code, body),
+        (404, json!("404 page not found\n")),
+        "not served before it is established"
+    );
+    let established = wait_established(&crds, "widgets.example.com").await;
+    let status = established.status.unwrap();
+    assert_eq!(status.accepted_names.unwrap().plural, "widgets");
+    assert_ne!(established.metadata.resource_version, created.metadata.resource_version);
+    let (code, _, body) = raw(&srv, "GET", path, None, "", None).await;
+    assert_eq!(code, 200, "served once established: {body}");
+}
+
 pub fn widget_ar() -> ApiResource {
     ApiResource {
         group: "example.com".into(),
@@ -89,8 +151,7 @@ async fn crd_lifecycle() {
     let srv = start().await;
     let client = srv.client().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &widget_crd(true)).await.unwrap();
-    let crd = crds.get("widgets.example.com").await.unwrap();
+    let crd = create_established(&crds, &widget_crd(true)).await;
     let st = crd.status.unwrap();
     let conds = st.conditions.unwrap();
     for t in ["Established", "NamesAccepted"] {
@@ -143,7 +204,7 @@ async fn crd_lifecycle() {
     c2.spec.names.singular = Some("gadget".into());
     c2.spec.names.short_names = None;
     c2.spec.scope = "Cluster".into();
-    crds.create(&PostParams::default(), &c2).await.unwrap();
+    create_established(&crds, &c2).await;
     let (code, _, body) = raw(
         &srv,
         "POST",
@@ -188,7 +249,7 @@ async fn crd_lifecycle() {
     )
     .await;
     assert_eq!(code, 404);
-    crds.create(&PostParams::default(), &widget_crd(true)).await.unwrap();
+    create_established(&crds, &widget_crd(true)).await;
     assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
 
@@ -202,7 +263,7 @@ async fn multi_version_crd() {
     beta.name = "v1beta1".into();
     beta.storage = false;
     crd.spec.versions.push(beta);
-    crds.create(&PostParams::default(), &crd).await.unwrap();
+    create_established(&crds, &crd).await;
     let (code, _, body) = raw(&srv, "GET", "/apis/example.com", None, "", None).await;
     assert_eq!(code, 200);
     assert_eq!(body["preferredVersion"]["version"], "v1");
@@ -249,7 +310,7 @@ async fn tables_with_printer_columns() {
         serde_json::from_value(json!({"name": "State", "type": "string", "jsonPath": ".status.state"})).unwrap(),
         serde_json::from_value(json!({"name": "Size", "type": "integer", "jsonPath": ".spec.size"})).unwrap(),
     ]);
-    crds.create(&PostParams::default(), &crd).await.unwrap();
+    create_established(&crds, &crd).await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &widget_ar());
     let w: DynamicObject = serde_json::from_value(
         json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "t"}, "spec": {"size": 3}}),

@@ -1,5 +1,5 @@
 use crate::common::*;
-use crate::discovery::{widget_ar, widget_crd};
+use crate::discovery::{create_established, widget_ar, widget_crd};
 use btp_apiserver::Config;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -250,7 +250,7 @@ async fn runtime_watcher_sees_custom_resources() {
     let srv = start().await;
     let client = srv.client().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &widget_crd(true)).await.unwrap();
+    create_established(&crds, &widget_crd(true)).await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &widget_ar());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let stream = watcher::watcher(api.clone(), watcher::Config::default());
@@ -398,7 +398,7 @@ async fn deleting_a_crd_ends_the_watches_of_its_resources() {
     let srv = start().await;
     let client = srv.client().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = crds.create(&PostParams::default(), &widget_crd(true)).await.unwrap();
+    let crd = create_established(&crds, &widget_crd(true)).await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &widget_ar());
     let mut stream = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();
     assert_eq!(srv.active_watches(), 1);

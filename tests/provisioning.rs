@@ -290,3 +290,40 @@ async fn the_services_watches_run_only_while_the_cr_is_deleted() {
     );
     env.stop().await;
 }
+
+/// A new CR over a module that is installed and running has nothing to wait for: every read is in the watch
+/// caches and nothing needs writing, so its first status is its outcome, `Ready`, in one status write, without
+/// a `Processing/Initialized` a round trip before it (docs/behaviour.md#status-protocol). The old CR goes
+/// without a deprovisioning: ignored, its finalizer removed, deleted.
+#[tokio::test]
+async fn a_new_cr_over_an_installed_module_is_ready_in_one_status_write() {
+    let env = ready_env(Config::default()).await;
+    let Some(log) = env.requests.clone() else {
+        skip("counts the manager's requests: needs the API server's audit log (BTP_E2E_AUDIT_LOG)");
+        return env.stop().await;
+    };
+    env.patch_cr(serde_json::json!({"metadata": {"annotations": {names::OPERATION_ANNOTATION: "ignore"}}}))
+        .await;
+    env.patch_cr(serde_json::json!({"metadata": {"finalizers": null}}))
+        .await;
+    env.delete_cr().await;
+    env.wait_cr_gone(10).await;
+
+    let mark = log.len();
+    env.create_cr(names::KYMA_SYSTEM, names::BTP_OPERATOR_NAME).await;
+    env.wait_cr(Reason::ReconcileSucceeded, 10).await;
+    let writes: Vec<_> = log
+        .since(mark)
+        .into_iter()
+        .filter(|r| {
+            r.resource == "btpoperators"
+                && r.subresource == "status"
+                && r.method != "GET"
+                && r.user_agent.starts_with("btp-manager/")
+                && env.manager_user_on_real.as_ref().is_none_or(|u| &r.user == u)
+        })
+        .map(|r| format!("{} {} -> {}", r.method, r.path, r.code))
+        .collect();
+    assert_eq!(writes.len(), 1, "the new CR's status writes: {writes:#?}");
+    env.stop().await;
+}

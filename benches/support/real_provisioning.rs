@@ -15,7 +15,7 @@
 //!
 //! Cold: the first CR on the fresh server, to Ready. Warm (`BTP_BENCH_REAL_WARM` per server, default 3): the
 //! CR deleted while no manager ran (so the operand stayed), a freshly started manager, a new CR, to Ready.
-//! `BTP_BENCH_REAL_ROUNDS` servers (default 5).
+//! `BTP_BENCH_REAL_ROUNDS` servers (default 5). `BTP_BENCH_LOG=<filter>` prints the manager's logs with timestamps.
 
 use super::{create_until_ready_with, figures, ms, Manager, Run};
 use crate::realk8s::RealK8s;
@@ -249,6 +249,14 @@ pub async fn run(summary: &mut Summary) -> Result<(), String> {
             return Ok(());
         }
     };
+    // `BTP_BENCH_LOG=<filter>`: the manager's logs (and the bench's), with microsecond timestamps, to see
+    // where a pass spends its time between the requests the trace shows.
+    if let Ok(filter) = std::env::var("BTP_BENCH_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let rounds = super::env_usize("BTP_BENCH_REAL_ROUNDS", 5).max(1);
     let warm = super::env_usize("BTP_BENCH_REAL_WARM", 3).max(1);
     let label = format!("real kube-apiserver v{}, fresh server per round", k8s.version);

@@ -77,11 +77,21 @@ async fn steps(
         // Error there is no intermediate write: this pass's outcome replaces the status directly, so a
         // reconcile triggered by our own status write cannot flap between Processing and the same
         // Warning/Error. (The progress reports of `converge` are for a CR that was Ready: none here.)
-        let apply = async { converge(cluster, cr, observed.await?, None, failed(was_ready)).await };
-        let (initialized, converged) =
-            futures::join!(status.set(Outcome::new(Reason::Initialized, "Initialized")), apply);
-        initialized.map_err(End::from)?;
-        converged?
+        //
+        // A pass that has nothing to wait for (everything it reads is in the watch caches and nothing needs
+        // writing: a new CR over a module that is installed and running) is over at its first poll: the CR's
+        // first status is then its outcome, without a `Processing/Initialized` that would be replaced a round
+        // trip later.
+        let mut apply = std::pin::pin!(async { converge(cluster, cr, observed.await?, None, failed(was_ready)).await });
+        match futures::poll!(apply.as_mut()) {
+            std::task::Poll::Ready(converged) => converged?,
+            std::task::Poll::Pending => {
+                let (initialized, converged) =
+                    futures::join!(status.set(Outcome::new(Reason::Initialized, "Initialized")), apply);
+                initialized.map_err(End::from)?;
+                converged?
+            }
+        }
     } else {
         converge(cluster, cr, observed.await?, Some(status), failed(was_ready)).await?
     };

@@ -215,21 +215,29 @@ fn set_deployment_images(obj: &mut Value, inputs: &Inputs<'_>) -> Result<(), Pre
 /// server-side apply, compared by behaviour (equal without the text that changes none), so that a stored
 /// schema in other words (the chart's descriptions) is not replaced by ours.
 pub fn already_applied(live: &Value, desired: &Value) -> bool {
-    let (_, kind, _, _) = identity(desired);
-    let mut desired = desired.clone();
-    if let Some(top) = desired.as_object_mut() {
-        top.remove("apiVersion");
-        top.remove("kind");
-    }
-    if is_cluster_scoped(&kind) {
-        if let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("namespace");
-        }
-    }
-    if kind == "CustomResourceDefinition" {
-        return crd_schema::crd_applied(live, &desired, contains);
-    }
-    contains(live, &desired)
+    let kind = desired.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let cluster_scoped = is_cluster_scoped(kind);
+    // Everything but `apiVersion` and `kind` (and a cluster-scoped object's namespace), compared in place: a
+    // copy of each desired object (two CRDs of thousands of schema nodes among them) cost more than the
+    // comparison, on every pass.
+    let Value::Object(top) = desired else {
+        return contains(live, desired);
+    };
+    top.iter()
+        .filter(|(key, _)| !matches!(key.as_str(), "apiVersion" | "kind"))
+        .all(|(key, wanted)| {
+            let Some(stored) = live.get(key) else {
+                return false;
+            };
+            match (key.as_str(), wanted) {
+                ("metadata", Value::Object(meta)) if cluster_scoped => meta
+                    .iter()
+                    .filter(|(key, _)| key.as_str() != "namespace")
+                    .all(|(key, wanted)| stored.get(key).is_some_and(|stored| contains(stored, wanted))),
+                ("spec", _) if kind == "CustomResourceDefinition" => crd_schema::spec_applied(stored, wanted, contains),
+                _ => contains(stored, wanted),
+            }
+        })
 }
 
 fn contains(live: &Value, desired: &Value) -> bool {

@@ -139,7 +139,17 @@ impl Cluster<'_> {
                             "metadata": {"name": network_policies::LEGACY_POLICY,
                                          "namespace": self.config.chart_namespace}});
         let outdated = module.delete.clone();
-        let everything: Vec<Value> = targets.iter().chain(&outdated).chain([&legacy]).cloned().collect();
+        // What a read needs of each: its identity (a copy of the whole objects, the CRDs among them, cost more
+        // than the reads from the caches).
+        let everything: Vec<Value> = targets
+            .iter()
+            .chain(&outdated)
+            .chain([&legacy])
+            .map(|o| {
+                json!({"apiVersion": o["apiVersion"], "kind": o["kind"],
+                       "metadata": {"name": o["metadata"]["name"], "namespace": o["metadata"]["namespace"]}})
+            })
+            .collect();
         // Owned items: a closure over borrowed ones would not be general enough for the controller's `Send`
         // future.
         let certain = targets.len();

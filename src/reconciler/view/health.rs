@@ -135,6 +135,10 @@ where
 {
     watcher::watcher(api.clone(), config.clone())
         .backoff(WatchBackoff::default())
+        // Nothing reads an object's managedFields (the apply compares fields, the view resource versions), and
+        // they are a large part of what server-side apply leaves on an object (an operand CRD's mirror its
+        // whole schema): not kept, and not copied by every read of the store.
+        .modify(|object| object.meta_mut().managed_fields = None)
         .boxed()
 }
 

@@ -132,13 +132,9 @@ async fn setup(config: Config, latency: Latency) -> Setup {
         .create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
         .await
         .expect("CRD");
-    btp_manager::objects::crd_established(
-        &client,
-        "btpoperators.operator.kyma-project.io",
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .expect("the BtpOperator CRD is established");
+    btp_manager::objects::crd_established(&client, names::CRD_NAME, Duration::from_secs(30))
+        .await
+        .expect("the BtpOperator CRD is established");
     Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
         .create(&PostParams::default(), &secret())
         .await

@@ -278,13 +278,7 @@ async fn the_switch_completes_while_the_go_manager_renews_its_lease() {
     .create(&Default::default(), &BtpOperator::crd().unwrap())
     .await
     .expect("the BtpOperator CRD");
-    btp_manager::objects::crd_established(
-        &client,
-        "btpoperators.operator.kyma-project.io",
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .expect("the BtpOperator CRD is established");
+    common::btp_operator_crd_served(&client).await;
     let _workloads = AbortOnDrop(btp_apiserver::spawn_workload_controller(client.clone()));
     let _starts = AbortOnDrop(common::operand::spawn_operand_starts(client.clone()));
     let state = common::go_manager::leave_go_state(&client, &credentials(), IMAGE).await;

@@ -9,7 +9,7 @@ use btp_manager::ops::Readiness;
 use btp_manager::webhook_certs::WebhookCerts;
 use btp_webhooks::manifests::{Endpoint, WebhookManifests};
 use btp_webhooks::tls::SwappableCert;
-use common::eventually;
+use common::{btp_operator_crd_served, eventually};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::ByteString;
@@ -257,13 +257,7 @@ async fn the_api_server_refuses_a_misnamed_cr_and_an_incomplete_secret_through_o
     crds.create(&PostParams::default(), &BtpOperator::crd().unwrap())
         .await
         .unwrap();
-    btp_manager::objects::crd_established(
-        &client,
-        "btpoperators.operator.kyma-project.io",
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .expect("the BtpOperator CRD is established");
+    btp_operator_crd_served(&client).await;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
@@ -481,13 +475,7 @@ async fn with_the_manager_down_create_is_refused_and_delete_is_not_blocked() {
         .create(&PostParams::default(), &BtpOperator::crd().unwrap())
         .await
         .unwrap();
-    btp_manager::objects::crd_established(
-        &client,
-        "btpoperators.operator.kyma-project.io",
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .expect("the BtpOperator CRD is established");
+    btp_operator_crd_served(&client).await;
     let crs: Api<BtpOperator> = Api::namespaced(client.clone(), NS);
     crs.create(&PostParams::default(), &BtpOperator::new("btpoperator"))
         .await

@@ -10,6 +10,8 @@ pub const GROUP: &str = "operator.kyma-project.io";
 pub const VERSION: &str = "v1alpha1";
 /// Kind name.
 pub const KIND: &str = "BtpOperator";
+/// The `BtpOperator` CRD's name.
+pub const CRD_NAME: &str = "btpoperators.operator.kyma-project.io";
 /// Plural resource name.
 pub const PLURAL: &str = "btpoperators";
 

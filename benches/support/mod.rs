@@ -178,6 +178,13 @@ pub async fn provision(client: &kube::Client, labels: std::collections::BTreeMap
 }
 
 /// Create `namespaces`, the BtpOperator CRD and the operand's CRDs (ServiceInstance, ServiceBinding).
+/// Wait until the BtpOperator CRD the bench created is served (established): a CR created before is refused.
+pub async fn btp_operator_crd_served(client: &kube::Client) {
+    btp_manager::objects::crd_established(client, names::CRD_NAME, std::time::Duration::from_secs(30))
+        .await
+        .expect("the BtpOperator CRD is established");
+}
+
 pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item = String>) {
     for ns in namespaces {
         let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
@@ -193,13 +200,7 @@ pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item =
     crds.create(&PostParams::default(), &BtpOperator::crd().expect("crd"))
         .await
         .expect("BtpOperator CRD");
-    btp_manager::objects::crd_established(
-        client,
-        "btpoperators.operator.kyma-project.io",
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .expect("the BtpOperator CRD is established");
+    btp_operator_crd_served(client).await;
     // The operand's CRDs as the manager loads its manifests (as untyped objects: a typed
     // CustomResourceDefinition parsed here would compile its whole schema's deserializer into every benchmark
     // again).

@@ -253,13 +253,7 @@ impl Env {
             &BtpOperator::crd().unwrap(),
         )
         .await;
-        btp_manager::objects::crd_established(
-            &client,
-            "btpoperators.operator.kyma-project.io",
-            std::time::Duration::from_secs(30),
-        )
-        .await
-        .expect("the BtpOperator CRD is established");
+        btp_operator_crd_served(&client).await;
         let real_operand = std::env::var("BTP_E2E_REAL_OPERAND").is_ok_and(|v| v == "1");
         let mut kubelet = None;
         if server.is_none() && !real_operand {
@@ -805,6 +799,14 @@ pub fn free_addr() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
+}
+
+/// Wait until the BtpOperator CRD a test created is served (established), as on a real cluster: a CR created
+/// before is refused (404).
+pub async fn btp_operator_crd_served(client: &kube::Client) {
+    btp_manager::objects::crd_established(client, names::CRD_NAME, Duration::from_secs(30))
+        .await
+        .expect("the BtpOperator CRD is established");
 }
 
 /// A loopback address of its own for a process the test starts, as a Pod has an IP of its own: an IP of

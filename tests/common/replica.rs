@@ -178,13 +178,7 @@ pub async fn cluster(name: &str) -> (RunningApiServer, kube::Client, PathBuf) {
         .create(&PostParams::default(), &BtpOperator::crd().expect("the CRD"))
         .await
         .expect("the BtpOperator CRD");
-    btp_manager::objects::crd_established(
-        &client,
-        "btpoperators.operator.kyma-project.io",
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .expect("the BtpOperator CRD is established");
+    super::btp_operator_crd_served(&client).await;
     let mut secret = serde_json::json!({
         "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
                      "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
@@ -251,13 +245,7 @@ pub async fn any_cluster(name: &str) -> Option<ReplicaCluster> {
         &BtpOperator::crd().expect("the CRD"),
     )
     .await;
-    btp_manager::objects::crd_established(
-        &client,
-        "btpoperators.operator.kyma-project.io",
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .expect("the BtpOperator CRD is established");
+    super::btp_operator_crd_served(&client).await;
     let token = super::install::shipped_identity_token(&client).await;
     std::fs::write(
         dir.join("kubeconfig"),

@@ -283,7 +283,9 @@ const RESTART_DELAY: Duration = Duration::from_millis(100);
 /// The manager under test, restarted at will, and the disruption planned for the current step.
 struct UnderTest<'a> {
     server: &'a RunningApiServer,
-    webhook_port: u16,
+    /// Where every start of the manager serves its webhooks: a loopback IP of its own, so that no outgoing
+    /// connection takes the port between two starts ([`common::own_addr`]).
+    webhook: std::net::SocketAddr,
     chart: PathBuf,
     running: Option<Running>,
     /// When to disrupt the manager next, and whether by killing it (else a graceful restart).
@@ -299,15 +301,15 @@ struct UnderTest<'a> {
 
 impl UnderTest<'_> {
     fn args(&self) -> Box<RunArgs> {
-        let port = self.webhook_port;
+        let webhook = self.webhook;
         let args = common::run_args([
             "--leader-elect".to_string(),
             "--leader-election-lease-duration=3s".into(),
             "--shutdown-drain-delay=0s".into(),
             "--metrics-bind-address=127.0.0.1:0".into(),
             "--health-probe-bind-address=127.0.0.1:0".into(),
-            format!("--webhook-bind-address=127.0.0.1:{port}"),
-            format!("--webhook-url=https://127.0.0.1:{port}"),
+            format!("--webhook-bind-address={webhook}"),
+            format!("--webhook-url=https://{webhook}"),
             format!("--operand-image={IMAGE}"),
             format!("--resources-path={}", self.chart.display()),
             "--hard-delete-check-interval=200ms".into(),
@@ -731,11 +733,11 @@ impl<'a> Chaos<'a> {
         create_user_objects(&client).await;
         let users_before = user_objects(&client).await;
         let charts = charts();
-        let webhook_port = free_port();
+        let webhook = common::own_addr();
         let (kill_enabled, restart_enabled) = inject_faults(server);
         let mut manager = UnderTest {
             server,
-            webhook_port,
+            webhook,
             chart: charts.v1.clone(),
             running: None,
             disruption: None,

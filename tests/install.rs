@@ -88,7 +88,7 @@ impl Drop for Pod {
 }
 
 impl Pod {
-    fn start(server: &RunningApiServer, webhook_port: u16) -> Pod {
+    fn start(server: &RunningApiServer, webhook: std::net::SocketAddr) -> Pod {
         let dir = temp_dir("install-pod");
         let sa = dir.join("serviceaccount");
         std::fs::create_dir_all(&sa).unwrap();
@@ -105,9 +105,10 @@ impl Pod {
         assert_eq!(command[0], "/btp-manager", "the image's binary");
         command[0] = env!("CARGO_BIN_EXE_btp-manager").to_string();
         command.extend([
-            format!("--webhook-bind-address=127.0.0.1:{webhook_port}"),
-            format!("--metrics-bind-address=127.0.0.1:{}", free_port()),
-            format!("--health-probe-bind-address=127.0.0.1:{}", free_port()),
+            // A Pod's ports are its own: a loopback IP of their own ([`own_addr`]).
+            format!("--webhook-bind-address={webhook}"),
+            format!("--metrics-bind-address={}", own_addr()),
+            format!("--health-probe-bind-address={}", own_addr()),
             // Tests reach nothing beyond loopback: the Secret's token endpoint does not exist.
             "--credentials-check-interval=0".to_string(),
         ]);
@@ -191,14 +192,9 @@ async fn install_and_provision(server: RunningApiServer) -> Option<Installed> {
         return None;
     }
     let client = server.client().await;
-    let webhook_port = free_port();
-    server.set_service_address(
-        names::KYMA_SYSTEM,
-        names::webhook::SERVICE_NAME,
-        443,
-        std::net::SocketAddr::from(([127, 0, 0, 1], webhook_port)),
-    );
-    let pod = Pod::start(&server, webhook_port);
+    let webhook = own_addr();
+    server.set_service_address(names::KYMA_SYSTEM, names::webhook::SERVICE_NAME, 443, webhook);
+    let pod = Pod::start(&server, webhook);
     // kube-controller-manager and the kubelet, played: the operand's Deployment gets a running Pod.
     let workloads = btp_apiserver::spawn_workload_controller(client.clone());
 

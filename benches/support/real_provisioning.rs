@@ -219,7 +219,9 @@ async fn round(k8s: &RealK8s, warm: usize) -> Result<(Run, Vec<Run>), String> {
         }
     };
     let before = (cpu(), crate::realk8s::connections_to(port));
+    perf_control("enable");
     let cold = create_until_ready_with(&client, &manager, &others).await;
+    perf_control("disable");
     said(before, &cold);
     let mut warms = Vec::new();
     for i in 0..warm {
@@ -237,6 +239,32 @@ async fn round(k8s: &RealK8s, warm: usize) -> Result<(Run, Vec<Run>), String> {
     stand_in.abort();
     drop(up);
     Ok((cold, warms))
+}
+
+/// `BTP_BENCH_PERF_CTL=<ctl fifo>[,<ack fifo>]`: `command` (`enable`, `disable`) to a `perf record
+/// --delay=-1 --control=fifo:<ctl>[,<ack>]` (waiting for its ack when given), so that a profile holds the cold
+/// CRs to Ready and nothing else (docs/benchmarks.md).
+fn perf_control(command: &str) {
+    use std::io::{Read, Write};
+    let Ok(fifos) = std::env::var("BTP_BENCH_PERF_CTL") else {
+        return;
+    };
+    let mut fifos = fifos.splitn(2, ',');
+    let ctl = fifos.next().unwrap_or_default();
+    if let Err(e) = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ctl)
+        .and_then(|mut f| f.write_all(format!("{command}\n").as_bytes()))
+    {
+        println!("BTP_BENCH_PERF_CTL: {ctl}: {e}");
+        return;
+    }
+    if let Some(ack) = fifos.next() {
+        let mut answer = [0u8; 5];
+        if let Err(e) = std::fs::File::open(ack).and_then(|mut f| f.read_exact(&mut answer)) {
+            println!("BTP_BENCH_PERF_CTL: {ack}: {e}");
+        }
+    }
 }
 
 /// The real-server mode: its lines, and its rows in `summary`.

@@ -359,6 +359,7 @@ impl Cluster<'_> {
         };
         loop {
             // A group needs only groups before it (of a smaller depth): one sweep settles every group.
+            let mut ready = Vec::new();
             for (g, group) in plan.groups.iter().enumerate() {
                 match groups[g] {
                     Group::Waiting => {
@@ -366,7 +367,7 @@ impl Cluster<'_> {
                             groups[g] = Group::Failed;
                         } else if group.after.iter().all(|&a| groups[a] == Group::Applied) {
                             groups[g] = Group::Sent;
-                            sent.push(send(g, group.members.clone()));
+                            ready.push((g, group.members.clone()));
                         }
                     }
                     Group::Refused => {
@@ -375,11 +376,16 @@ impl Cluster<'_> {
                             groups[g] = Group::Failed;
                         } else if group.retry_after.iter().all(|&a| groups[a] == Group::Applied) {
                             groups[g] = Group::Sent;
-                            sent.push(send(g, std::mem::take(&mut again[g])));
+                            ready.push((g, std::mem::take(&mut again[g])));
                         }
                     }
                     Group::Sent | Group::Applied | Group::Failed => {}
                 }
+            }
+            // The most urgent first (stable): they are polled, and so sent, in the order pushed.
+            ready.sort_by_key(|(g, _)| std::cmp::Reverse(plan.groups[*g].urgency));
+            for (g, members) in ready {
+                sent.push(send(g, members));
             }
             let Some((g, answers)) = sent.next().await else {
                 break;

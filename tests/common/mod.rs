@@ -828,6 +828,19 @@ pub fn own_addr() -> std::net::SocketAddr {
         .expect("a free port on a loopback address of its own")
 }
 
+/// A port that was free a moment ago on the one loopback IP this test process gives the webhook servers of
+/// its replicas ([`replica::Replica`]), `127.192.0.0/10` (apart from [`own_addr`]'s; its second byte from
+/// the process id). Outside a cluster a replica registers its webhooks at the address it is bound to, and the
+/// webhook certificate its replicas share names that IP: replicas on IPs of their own would each want a
+/// certificate of their own (the leader rewrote the shared one on taking over). No outgoing connection takes
+/// a port of it between the moment it was free and the replica's bind, as one may of 127.0.0.1.
+pub fn replica_webhook_addr() -> std::net::SocketAddr {
+    let process = u8::try_from(192 + std::process::id() % 64).expect("below 256");
+    std::net::TcpListener::bind((std::net::Ipv4Addr::new(127, process, 0, 1), 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port on the replicas' loopback address")
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     free_addr().port()

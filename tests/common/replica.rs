@@ -32,9 +32,10 @@ impl Replica {
     /// Start `btp-manager run --leader-elect` with `args` (the lease duration, the resources paths and whatever
     /// else the test sets), against `kubeconfig`, logging into `dir`.
     pub fn start(name: &str, kubeconfig: &Path, dir: &Path, args: &[String]) -> Self {
-        // Each on a loopback address of its own: a port of 127.0.0.1 free a moment ago may be an outgoing
-        // connection's by the time the process binds it.
-        let (metrics, health, webhook) = (super::own_addr(), super::own_addr(), super::own_addr());
+        // Not on 127.0.0.1: a port of it free a moment ago may be an outgoing connection's by the time the
+        // process binds it. The webhook server on the IP every replica of the process shares, as the
+        // certificate they share names it.
+        let (metrics, health, webhook) = (super::own_addr(), super::own_addr(), super::replica_webhook_addr());
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("the replica's log file");
         let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))

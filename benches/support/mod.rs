@@ -177,7 +177,6 @@ pub async fn provision(client: &kube::Client, labels: std::collections::BTreeMap
     crs
 }
 
-/// Create `namespaces`, the BtpOperator CRD and the operand's CRDs (ServiceInstance, ServiceBinding).
 /// Wait until the BtpOperator CRD the bench created is served (established): a CR created before is refused.
 pub async fn btp_operator_crd_served(client: &kube::Client) {
     btp_manager::objects::crd_established(client, names::CRD_NAME, std::time::Duration::from_secs(30))
@@ -185,6 +184,7 @@ pub async fn btp_operator_crd_served(client: &kube::Client) {
         .expect("the BtpOperator CRD is established");
 }
 
+/// Create `namespaces`, the BtpOperator CRD and the operand's CRDs (ServiceInstance, ServiceBinding).
 pub async fn install(client: &kube::Client, namespaces: impl IntoIterator<Item = String>) {
     for ns in namespaces {
         let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");

@@ -796,9 +796,14 @@ pub async fn set_available(env: &Env, available: bool) {
 
 /// A loopback address with a port that was free a moment ago.
 pub fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
+    free_addr_on(std::net::Ipv4Addr::LOCALHOST)
+}
+
+/// `ip` with a port that was free on it a moment ago.
+fn free_addr_on(ip: std::net::Ipv4Addr) -> std::net::SocketAddr {
+    std::net::TcpListener::bind((ip, 0))
         .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
+        .unwrap_or_else(|e| panic!("a free port on {ip}: {e}"))
 }
 
 /// Wait until the BtpOperator CRD a test created is served (established), as on a real cluster: a CR created
@@ -822,10 +827,7 @@ pub fn own_addr() -> std::net::SocketAddr {
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let [_, _, hi, lo] = n.to_be_bytes();
     let process = u8::try_from(128 + std::process::id() % 64).expect("below 192");
-    let ip = std::net::Ipv4Addr::new(127, process, hi, lo);
-    std::net::TcpListener::bind((ip, 0))
-        .and_then(|l| l.local_addr())
-        .expect("a free port on a loopback address of its own")
+    free_addr_on(std::net::Ipv4Addr::new(127, process, hi, lo))
 }
 
 /// A port that was free a moment ago on the one loopback IP this test process gives the webhook servers of
@@ -836,9 +838,7 @@ pub fn own_addr() -> std::net::SocketAddr {
 /// a port of it between the moment it was free and the replica's bind, as one may of 127.0.0.1.
 pub fn replica_webhook_addr() -> std::net::SocketAddr {
     let process = u8::try_from(192 + std::process::id() % 64).expect("below 256");
-    std::net::TcpListener::bind((std::net::Ipv4Addr::new(127, process, 0, 1), 0))
-        .and_then(|l| l.local_addr())
-        .expect("a free port on the replicas' loopback address")
+    free_addr_on(std::net::Ipv4Addr::new(127, process, 0, 1))
 }
 
 /// A loopback port that was free a moment ago.

@@ -17,7 +17,10 @@ pub const RBAC_PROXY_CONTAINER: &str = "kube-rbac-proxy";
 
 pub use super::kinds::is_cluster_scoped;
 
+pub mod containment;
 pub mod crd_schema;
+
+use containment::contains;
 
 /// What preparation needs besides the manifests.
 #[derive(Clone, Debug)]
@@ -234,18 +237,10 @@ pub fn already_applied(live: &Value, desired: &Value) -> bool {
                     .iter()
                     .filter(|(key, _)| key.as_str() != "namespace")
                     .all(|(key, wanted)| stored.get(key).is_some_and(|stored| contains(stored, wanted))),
-                ("spec", _) if kind == "CustomResourceDefinition" => crd_schema::spec_applied(stored, wanted, contains),
+                ("spec", _) if kind == "CustomResourceDefinition" => crd_schema::spec_applied(stored, wanted),
                 _ => contains(stored, wanted),
             }
         })
-}
-
-fn contains(live: &Value, desired: &Value) -> bool {
-    match (live, desired) {
-        (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| l.get(k).is_some_and(|lv| contains(lv, dv))),
-        (Value::Array(l), Value::Array(d)) => l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv)),
-        (l, d) => l == d,
-    }
 }
 
 /// `(apiVersion, kind, namespace, name)` of an object, for API calls.

@@ -15,6 +15,7 @@
 //! `additionalItems`, `allOf`, `anyOf`, `oneOf`, `not`), never inside `default`, `enum` or `example` values,
 //! and never a property that happens to be called `description`.
 
+use super::containment::contains;
 use serde_json::{Map, Value};
 
 /// The keywords of a schema node that only say something to people (apiextensions' `JSONSchemaProps`).
@@ -131,10 +132,10 @@ pub fn schema_applied(live: &Value, desired: &Value) -> bool {
     has_text(live) || !has_text(desired)
 }
 
-/// Whether the stored CRD's `spec` already is what applying ours (`desired`) would make it, given `contains`,
-/// the containment check the manager uses for every object: every version's `schema.openAPIV3Schema` by
-/// behaviour ([`schema_applied`], paired by version name), everything else by `contains`. Nothing is copied.
-pub fn spec_applied(stored: &Value, desired: &Value, contains: impl Fn(&Value, &Value) -> bool + Copy) -> bool {
+/// Whether the stored CRD's `spec` already is what applying ours (`desired`) would make it: every version's
+/// `schema.openAPIV3Schema` by behaviour ([`schema_applied`], paired by version name), everything else by
+/// [`contains`], the comparison the manager makes for every object. Nothing is copied.
+pub fn spec_applied(stored: &Value, desired: &Value) -> bool {
     let (Value::Object(stored), Value::Object(desired)) = (stored, desired) else {
         return contains(stored, desired);
     };
@@ -143,7 +144,7 @@ pub fn spec_applied(stored: &Value, desired: &Value, contains: impl Fn(&Value, &
             return false;
         };
         match (key.as_str(), stored, wanted) {
-            ("versions", Value::Array(stored), Value::Array(wanted)) => versions_applied(stored, wanted, contains),
+            ("versions", Value::Array(stored), Value::Array(wanted)) => versions_applied(stored, wanted),
             _ => contains(stored, wanted),
         }
     })
@@ -151,7 +152,7 @@ pub fn spec_applied(stored: &Value, desired: &Value, contains: impl Fn(&Value, &
 
 /// `spec.versions` of a CRD: index by index by `contains` leaving out `schema.openAPIV3Schema`, and each of our
 /// schemas against the stored version of the same name.
-fn versions_applied(stored: &[Value], wanted: &[Value], contains: impl Fn(&Value, &Value) -> bool + Copy) -> bool {
+fn versions_applied(stored: &[Value], wanted: &[Value]) -> bool {
     fn schema(version: &Value) -> Option<&Value> {
         version.get("schema").and_then(|s| s.get("openAPIV3Schema"))
     }
@@ -279,44 +280,32 @@ mod tests {
     }
 
     /// A whole CRD: its spec by [`spec_applied`], the rest by containment (as `already_applied` has it).
-    fn crd_applied(live: &Value, desired: &Value, contains: fn(&Value, &Value) -> bool) -> bool {
+    fn crd_applied(live: &Value, desired: &Value) -> bool {
         desired
             .as_object()
             .unwrap()
             .iter()
             .all(|(key, wanted)| match key.as_str() {
-                "spec" => spec_applied(&live["spec"], wanted, contains),
+                "spec" => spec_applied(&live["spec"], wanted),
                 _ => live.get(key).is_some_and(|stored| contains(stored, wanted)),
             })
-    }
-
-    fn contained(live: &Value, desired: &Value) -> bool {
-        match (live, desired) {
-            (Value::Object(l), Value::Object(d)) => {
-                d.iter().all(|(k, dv)| l.get(k).is_some_and(|lv| contained(lv, dv)))
-            }
-            (Value::Array(l), Value::Array(d)) => {
-                l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contained(lv, dv))
-            }
-            (l, d) => l == d,
-        }
     }
 
     #[test]
     fn a_crd_compares_each_versions_schema_by_behaviour_and_the_rest_by_containment() {
         let ours = crd(&[("v1", schema(Some("ours"))), ("v1alpha1", schema(Some("ours")))]);
         let chart = crd(&[("v1", schema(Some("chart"))), ("v1alpha1", schema(Some("chart")))]);
-        assert!(crd_applied(&chart, &ours, contained));
+        assert!(crd_applied(&chart, &ours));
         // The rest still counts: another served flag is a change.
         let mut unserved = chart.clone();
         unserved["spec"]["versions"][1]["served"] = json!(false);
-        assert!(!crd_applied(&unserved, &ours, contained));
+        assert!(!crd_applied(&unserved, &ours));
         // A version whose schema behaves otherwise is a change.
         let changed = crd(&[("v1", schema(Some("chart"))), ("v1alpha1", json!({"type": "object"}))]);
-        assert!(!crd_applied(&changed, &ours, contained));
+        assert!(!crd_applied(&changed, &ours));
         // A version we have that is not stored is a change.
         let one = crd(&[("v1", schema(Some("chart")))]);
-        assert!(!crd_applied(&one, &ours, contained));
+        assert!(!crd_applied(&one, &ours));
     }
 
     /// The walks that build nothing answer as the copies they replace, on the operand's real schemas and on

@@ -2,6 +2,8 @@
 //! against a kubeconfig), its peak memory and CPU time, its metrics, and a deadline-bounded wait.
 #![allow(dead_code)]
 
+#[path = "../../tests/common/addr.rs"]
+mod addr;
 #[path = "../../tests/common/eventually.rs"]
 mod eventually;
 pub mod metrics;
@@ -25,13 +27,6 @@ pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 /// The manager process; killed when dropped.
 pub struct Manager {
     child: Child,
@@ -47,10 +42,11 @@ impl Drop for Manager {
 }
 
 impl Manager {
-    /// `btp-manager run` against `kubeconfig`, on free loopback ports, with `extra` flags.
+    /// `btp-manager run` against `kubeconfig`, on loopback addresses of its own ([`addr::own_addr`]: no
+    /// outgoing connection takes their ports between the moment they were free and the manager's bind), with
+    /// `extra` flags.
     pub fn start(kubeconfig: &std::path::Path, extra: &[&str]) -> Self {
-        let webhook = free_port();
-        let metrics: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let metrics = addr::own_addr();
         let child = Command::new(env!("CARGO_BIN_EXE_btp-manager"))
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env("KUBECONFIG", kubeconfig)
@@ -60,11 +56,11 @@ impl Manager {
             )
             .env("RUST_LOG", "warn")
             .args(["run", "--webhook-bind-address"])
-            .arg(format!("127.0.0.1:{webhook}"))
+            .arg(addr::own_addr().to_string())
             .arg("--metrics-bind-address")
             .arg(metrics.to_string())
             .arg("--health-probe-bind-address")
-            .arg(format!("127.0.0.1:{}", free_port()))
+            .arg(addr::own_addr().to_string())
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -2,9 +2,9 @@
 //! `../shared/realk8s` ([`super::realk8s`]), a fresh control plane per round.
 //!
 //! Each round: a fresh server; what `kubectl apply -k deploy/namespace` and `kubectl apply -k deploy/` install
-//! for the manager (the namespace, the CRD, the PriorityClass, the ServiceAccount and RBAC; not the manager's
-//! Pods, Services and webhook configurations: the manager runs in this process and registers its webhooks
-//! itself, by URL on loopback, as `run` does outside a cluster); the credentials Secret (its `tokenurl` a
+//! ([`DEPLOY_FILES`]: all of it but the webhook configurations, which the manager in this process registers
+//! itself, by URL on loopback, as `run` does outside a cluster; its Deployment is written, its Pods never
+//! run); the credentials Secret (its `tokenurl` a
 //! stand-in token endpoint on loopback, whose CA the manager is given as `CredentialsCheckCABundle`, so that
 //! nothing leaves the machine). The manager runs in-process with the options `btp-manager run` builds from
 //! `deploy/deployment.yaml`'s arguments (`--leader-elect` among them) and a loopback address for each
@@ -105,10 +105,27 @@ async fn manager_config(admin: &kube::Client, admin_config: &kube::Config) -> ku
     config
 }
 
+/// The files of `deploy/kustomization.yaml` the bench applies: all of them but `webhooks.yaml` (the manager
+/// in this process registers its webhooks itself, by URL on loopback). The manager's Deployment, Services,
+/// PodDisruptionBudget and NetworkPolicies are written as the install writes them, though nothing runs their
+/// Pods: the first write of a kind costs a fresh API server once (a Deployment ~25 ms more than the next one,
+/// a NetworkPolicy ~3 ms, `kubectl create -v=6` on v1.36), which no install pays for the operand's, since its
+/// own came first.
+const DEPLOY_FILES: [&str; 8] = [
+    "crd.yaml",
+    "priority-class.yaml",
+    "service-account.yaml",
+    "rbac.yaml",
+    "services.yaml",
+    "deployment.yaml",
+    "pdb.yaml",
+    "network-policy.yaml",
+];
+
 /// What the install puts on a fresh server before the manager starts (see the module's comment).
 async fn install(admin: &kube::Client, token_endpoint: &StandIn) {
     let mut objects = deploy_objects("namespace/namespace.yaml");
-    for file in ["crd.yaml", "priority-class.yaml", "service-account.yaml", "rbac.yaml"] {
+    for file in DEPLOY_FILES {
         objects.extend(deploy_objects(file));
     }
     btp_manager::shipped::apply(admin, &objects, "kubectl")

@@ -2,16 +2,15 @@
 //! `../shared/realk8s` ([`super::realk8s`]), a fresh control plane per round.
 //!
 //! Each round: a fresh server; what `kubectl apply -k deploy/namespace` and `kubectl apply -k deploy/` install
-//! ([`DEPLOY_FILES`]: all of it but the webhook configurations, which the manager in this process registers
-//! itself, by URL on loopback, as `run` does outside a cluster; its Deployment is written, its Pods never
-//! run); the credentials Secret (its `tokenurl` a
-//! stand-in token endpoint on loopback, whose CA the manager is given as `CredentialsCheckCABundle`, so that
-//! nothing leaves the machine). The manager runs in-process with the options `btp-manager run` builds from
-//! `deploy/deployment.yaml`'s arguments (`--leader-elect` among them) and a loopback address for each
-//! listener, as a client of the shipped ServiceAccount (a token from the TokenRequest API). A watch plays a
-//! fast Deployment controller (the server runs without its own): it marks every Deployment Available as soon
-//! as it changes. Before each CR, the install's documented wait: `btp-manager check admission --wait`'s
-//! probe until the manager's webhook refuses it through the API server.
+//! ([`deploy_files`]: all of it but the webhook configurations, which the manager in this process registers
+//! itself, by URL on loopback, as `run` does outside a cluster; its Deployment is written, its Pods never run);
+//! the credentials Secret (its `tokenurl` a stand-in token endpoint on loopback, whose CA the manager is given
+//! as `CredentialsCheckCABundle`, so that nothing leaves the machine). The manager runs in-process with the
+//! options `btp-manager run` builds from `deploy/deployment.yaml`'s arguments (`--leader-elect` among them) and
+//! a loopback address for each listener, as a client of the shipped ServiceAccount (a token from the
+//! TokenRequest API). A watch plays a fast Deployment controller (the server runs without its own): it marks
+//! every Deployment Available as soon as it changes. Before each CR, the install's documented wait:
+//! `btp-manager check admission --wait`'s probe until the manager's webhook refuses it through the API server.
 //!
 //! Cold: the first CR on the fresh server, to Ready. Warm (`BTP_BENCH_REAL_WARM` per server, default 3): the
 //! CR deleted while no manager ran (so the operand stayed), a freshly started manager, a new CR, to Ready.
@@ -105,28 +104,34 @@ async fn manager_config(admin: &kube::Client, admin_config: &kube::Config) -> ku
     config
 }
 
-/// The files of `deploy/kustomization.yaml` the bench applies: all of them but `webhooks.yaml` (the manager
+/// The files the bench applies: every resource of `deploy/kustomization.yaml` but `webhooks.yaml` (the manager
 /// in this process registers its webhooks itself, by URL on loopback). The manager's Deployment, Services,
 /// PodDisruptionBudget and NetworkPolicies are written as the install writes them, though nothing runs their
 /// Pods: the first write of a kind costs a fresh API server once (a Deployment ~25 ms more than the next one,
 /// a NetworkPolicy ~3 ms, `kubectl create -v=6` on v1.36), which no install pays for the operand's, since its
 /// own came first.
-const DEPLOY_FILES: [&str; 8] = [
-    "crd.yaml",
-    "priority-class.yaml",
-    "service-account.yaml",
-    "rbac.yaml",
-    "services.yaml",
-    "deployment.yaml",
-    "pdb.yaml",
-    "network-policy.yaml",
-];
+fn deploy_files() -> Vec<String> {
+    let kustomization = deploy_objects("kustomization.yaml");
+    let resources = kustomization
+        .first()
+        .and_then(|k| k["resources"].as_array())
+        .expect("deploy/kustomization.yaml lists its resources");
+    resources
+        .iter()
+        .map(|r| {
+            r.as_str()
+                .expect("a resource of deploy/kustomization.yaml is a file name")
+        })
+        .filter(|file| *file != "webhooks.yaml")
+        .map(str::to_string)
+        .collect()
+}
 
 /// What the install puts on a fresh server before the manager starts (see the module's comment).
 async fn install(admin: &kube::Client, token_endpoint: &StandIn) {
     let mut objects = deploy_objects("namespace/namespace.yaml");
-    for file in DEPLOY_FILES {
-        objects.extend(deploy_objects(file));
+    for file in deploy_files() {
+        objects.extend(deploy_objects(&file));
     }
     btp_manager::shipped::apply(admin, &objects, "kubectl")
         .await

@@ -25,6 +25,8 @@ mod metrics;
 mod real;
 #[path = "support/realk8s.rs"]
 mod realk8s;
+#[path = "../tests/common/install.rs"]
+mod shipped;
 #[path = "support/summary.rs"]
 mod summary;
 #[path = "support/timeline.rs"]

@@ -18,27 +18,18 @@
 
 use super::{create_until_ready_with, figures, ms, Manager, Run};
 use crate::realk8s::RealK8s;
+use crate::shipped::{self, deploy_objects};
 use crate::summary::Summary;
 use crate::timeline::Timeline;
 use btp_api::names;
 use btp_manager::credentials_check::stand_in::StandIn;
 use btp_manager::manager::Options;
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CLIENT_ID: &str = "bench-client";
 const CLIENT_SECRET: &str = "bench-secret";
-
-/// Every object of `deploy/<file>`.
-fn deploy_objects(file: &str) -> Vec<serde_json::Value> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    btp_manager::shipped::objects(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// `btp-manager run` with the arguments and the operand image of `deploy/deployment.yaml`, every listener
 /// on a free loopback port, as the manager's own CLI parses them.
@@ -82,20 +73,7 @@ fn shipped_options(token_endpoint_ca: &str) -> Options {
 
 /// A token of the shipped ServiceAccount (TokenRequest, an hour), and a client configuration with it.
 async fn manager_config(admin: &kube::Client, admin_config: &kube::Config) -> kube::Config {
-    let request = serde_json::json!({
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"audiences": [], "expirationSeconds": 3600},
-    });
-    let answer: serde_json::Value = Api::<ServiceAccount>::namespaced(admin.clone(), names::KYMA_SYSTEM)
-        .create_subresource(
-            "token",
-            "btp-manager-controller-manager",
-            &PostParams::default(),
-            &request,
-        )
-        .await
-        .expect("a token of the manager's ServiceAccount");
-    let token = answer["status"]["token"].as_str().expect("a token").to_string();
+    let token = shipped::service_account_token(admin, names::KYMA_SYSTEM, shipped::SERVICE_ACCOUNT).await;
     let mut config = admin_config.clone();
     config.auth_info = kube::config::AuthInfo {
         token: Some(token.into()),
@@ -133,29 +111,11 @@ async fn install(admin: &kube::Client, token_endpoint: &StandIn) {
     for file in deploy_files() {
         objects.extend(deploy_objects(&file));
     }
-    btp_manager::shipped::apply(admin, &objects, "kubectl")
-        .await
-        .unwrap_or_else(|e| panic!("installing deploy/: {e}"));
+    shipped::apply(admin, &objects).await;
     // The CRD established (as `kubectl rollout status` of the manager would find it long after).
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let crd = crds
-            .get(&format!("btpoperators.{}", names::GROUP))
-            .await
-            .expect("the CRD");
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the BtpOperator CRD was not established");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    btp_manager::objects::crd_established(admin, names::CRD_NAME, Duration::from_secs(60))
+        .await
+        .expect("the BtpOperator CRD is established");
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
                      "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},

@@ -382,8 +382,12 @@ fn allowed_unused() -> BTreeMap<Triple, &'static str> {
     // (a binding no longer waits for its role: src/reconciler/waves.rs). Granted for the operand's two
     // roles by name.
     let bind = "authorizes applying the operand's bindings without resolving their roles (src/reconciler/waves.rs)";
+    // Likewise `escalate`: asked when the manager writes one of the operand's roles, it spares the API server
+    // resolving every role bound to the manager (deploy/rbac.yaml).
+    let escalate = "authorizes applying the operand's roles without resolving the manager's own (deploy/rbac.yaml)";
     for resource in ["clusterroles", "roles"] {
         out.insert(Triple::new("bind", "rbac.authorization.k8s.io", resource), bind);
+        out.insert(Triple::new("escalate", "rbac.authorization.k8s.io", resource), escalate);
     }
     // The manager renews with PATCH; the Go manager, still running during a switch as the same
     // ServiceAccount, renews with PUT while `kubectl apply -k deploy/` replaces its Role of this name.
@@ -399,6 +403,54 @@ fn allowed_unused() -> BTreeMap<Triple, &'static str> {
         );
     }
     out
+}
+
+#[test]
+fn the_manager_may_bind_and_escalate_the_modules_roles_and_no_other() {
+    // What the API server asks its authorizer before it writes a role or a binding to one (the request
+    // names the role): granted for each Role and ClusterRole of the module, by name, so that neither waits
+    // for the manager's own roles to be resolved (deploy/rbac.yaml); a role of another name is refused.
+    let rbac = Rbac::for_service_account(&objects_in("deploy"), NS, SERVICE_ACCOUNT);
+    let module = objects_in("module-resources/apply");
+    let roles: Vec<(&str, String, String)> = module
+        .iter()
+        .filter_map(|o| {
+            let resource = match o["kind"].as_str()? {
+                "ClusterRole" => "clusterroles",
+                "Role" => "roles",
+                _ => return None,
+            };
+            let namespace = o["metadata"]["namespace"].as_str().unwrap_or_default();
+            Some((
+                resource,
+                namespace.to_string(),
+                o["metadata"]["name"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    assert_eq!(roles.len(), 2, "the module's Role and ClusterRole: {roles:?}");
+    let ask = |verb: &str, resource: &str, namespace: &str, name: &str| Request {
+        verb: verb.into(),
+        group: "rbac.authorization.k8s.io".into(),
+        resource: resource.into(),
+        subresource: String::new(),
+        namespace: namespace.into(),
+        name: name.into(),
+        path: String::new(),
+    };
+    for (resource, namespace, name) in &roles {
+        for verb in ["bind", "escalate"] {
+            assert!(
+                rbac.allowing(&ask(verb, resource, namespace, name)).is_some(),
+                "{verb} on {resource} {name}"
+            );
+            assert!(
+                rbac.allowing(&ask(verb, resource, namespace, "cluster-admin"))
+                    .is_none(),
+                "{verb} on {resource} of another name"
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -11,7 +11,10 @@
 //! - a Deployment waits for what its pods run as and read (ServiceAccounts, ConfigMaps, Secrets,
 //!   PriorityClasses): pods created before would fail admission or start without their configuration;
 //! - the webhook configurations wait for the Secrets (the operand's certificate Secrets: they carry their
-//!   CA) and the Services they call;
+//!   CA), not for the Services they call: the API server looks a Service up at each call, and a call
+//!   succeeds only once the Service has ready endpoints, which come from the operand's pods, not from the
+//!   Service's write (on a real v1.36 API server a Service, whose write allocates its cluster IP, was among
+//!   the last answers of a cold install, and the webhook configurations waited a round trip for it);
 //! - a kind not named here (a custom resource, an instance of a CRD of the module) waits for every kind
 //!   named here, the CRDs among them.
 //!
@@ -68,7 +71,7 @@ pub fn needs(kind: &str) -> Vec<&'static str> {
             vec!["Namespace"]
         }
         "Deployment" => vec!["Namespace", "ServiceAccount", "ConfigMap", "Secret", "PriorityClass"],
-        "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => vec!["Secret", "Service"],
+        "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => vec!["Secret"],
         _ => KNOWN.to_vec(),
     }
 }
@@ -254,11 +257,11 @@ mod tests {
         ];
         let objects: Vec<Value> = kinds.iter().map(|k| obj(k, k)).collect();
         let plan = plan(&objects, kind_of);
-        // The certificate Secrets before the webhook configurations that carry their CA, and the Services
-        // they call.
+        // The certificate Secrets before the webhook configurations that carry their CA; the Services they
+        // call beside them.
         for webhook in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
             assert!(comes_before(&plan, "Secret", webhook));
-            assert!(comes_before(&plan, "Service", webhook));
+            assert!(!comes_before(&plan, "Service", webhook));
         }
         // What a Deployment's pods run as and read before it.
         for used in ["ServiceAccount", "ConfigMap", "Secret", "PriorityClass", "Namespace"] {
@@ -427,15 +430,15 @@ mod tests {
                 .map(|g| g.urgency)
                 .expect("a group of the kind")
         };
-        // What the Deployment's pods need, then the Deployment (its readiness is waited for after it), then
-        // what only the webhook configurations need; nothing waits for the rest.
+        // What the Deployment's pods need, then the Deployment (its readiness is waited for after it);
+        // nothing waits for the rest.
         assert_eq!(urgency(&objects, "ConfigMap"), 2);
         assert_eq!(urgency(&objects, "Secret"), 2);
         assert_eq!(urgency(&objects, "Deployment"), 1);
-        assert_eq!(urgency(&objects, "Service"), 1);
         for kind in [
             "CustomResourceDefinition",
             "NetworkPolicy",
+            "Service",
             "ValidatingWebhookConfiguration",
         ] {
             assert_eq!(urgency(&objects, kind), 0, "{kind}");
@@ -447,9 +450,9 @@ mod tests {
         assert_eq!(urgency(&with_widget, "Widget"), 0);
         assert_eq!(urgency(&with_widget, "CustomResourceDefinition"), 1);
         assert_eq!(
-            urgency(&with_widget, "Service"),
-            2,
-            "the webhook configurations wait, and the Widget after them"
+            urgency(&with_widget, "ValidatingWebhookConfiguration"),
+            1,
+            "the Widget waits for the webhook configurations"
         );
 
         // Without custom resources, nothing waits for the CRDs.
@@ -465,7 +468,6 @@ mod tests {
                 assert!(at(needed) < at(other), "{needed} after {other}: {kinds:?}");
             }
         }
-        assert!(at("Service") < at("CustomResourceDefinition"), "{kinds:?}");
     }
 
     #[test]

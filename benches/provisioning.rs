@@ -18,11 +18,15 @@
 //! `BTP_BENCH_MODE=real` runs instead CR to Ready on real API servers of `../shared/realk8s`, a fresh server
 //! per round, the manager with `run`'s options from `deploy/deployment.yaml` (`support/real_provisioning.rs`,
 //! its knobs in `support/realk8s.rs`); where there is no realk8s it says so and reports that it did not run.
+//! `BTP_BENCH_MODE=real-roles` measures the writes of the operand's roles as the manager on one real server,
+//! with the shipped RBAC and without its `escalate` (`support/real_roles.rs`).
 
 #[path = "support/metrics.rs"]
 mod metrics;
 #[path = "support/real_provisioning.rs"]
 mod real;
+#[path = "support/real_roles.rs"]
+mod real_roles;
 #[path = "support/realk8s.rs"]
 mod realk8s;
 #[path = "../tests/common/install.rs"]
@@ -509,6 +513,14 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("runtime");
+    if std::env::var("BTP_BENCH_MODE").is_ok_and(|m| m == "real-roles") {
+        let mut summary = summary::Summary::from_env("provisioning (role writes on a real API server)");
+        if let Err(e) = rt.block_on(real_roles::run(&mut summary)) {
+            eprintln!("provisioning/real-roles: {e}");
+            return ExitCode::FAILURE;
+        }
+        return summary.exit_code();
+    }
     if std::env::var("BTP_BENCH_MODE").is_ok_and(|m| m == "real") {
         let mut summary = summary::Summary::from_env("provisioning (real API server, manager in-process)");
         if let Err(e) = rt.block_on(real::run(&mut summary)) {

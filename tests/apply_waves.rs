@@ -260,7 +260,7 @@ async fn the_first_failure_in_the_plans_order_is_reported_and_what_needs_the_fai
         "the Service's failure came first in time: {answered:?}"
     );
     assert!(
-        !answered.iter().any(|r| *r == "deployments"),
+        !answered.contains(&"deployments"),
         "the Deployment, which needs the failed ConfigMap, was sent: {answered:?}"
     );
     assert!(

@@ -72,7 +72,7 @@ fn shipped_options(token_endpoint_ca: &str) -> Options {
 }
 
 /// A token of the shipped ServiceAccount (TokenRequest, an hour), and a client configuration with it.
-async fn manager_config(admin: &kube::Client, admin_config: &kube::Config) -> kube::Config {
+pub async fn manager_config(admin: &kube::Client, admin_config: &kube::Config) -> kube::Config {
     let token = shipped::service_account_token(admin, names::KYMA_SYSTEM, shipped::SERVICE_ACCOUNT).await;
     let mut config = admin_config.clone();
     config.auth_info = kube::config::AuthInfo {
@@ -105,8 +105,19 @@ fn deploy_files() -> Vec<String> {
         .collect()
 }
 
-/// What the install puts on a fresh server before the manager starts (see the module's comment).
-async fn install(admin: &kube::Client, token_endpoint: &StandIn) {
+/// The admin's client of a fresh server, and its configuration.
+pub async fn admin_client(up: &crate::realk8s::Up) -> Result<(kube::Client, kube::Config), String> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&up.kubeconfig).map_err(|e| e.to_string())?;
+    let admin_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let admin = kube::Client::try_from(admin_config.clone()).map_err(|e| e.to_string())?;
+    Ok((admin, admin_config))
+}
+
+/// What `kubectl apply -k deploy/namespace` and `kubectl apply -k deploy/` install ([`deploy_files`]), the
+/// BtpOperator CRD established.
+pub async fn install_deploy(admin: &kube::Client) {
     let mut objects = deploy_objects("namespace/namespace.yaml");
     for file in deploy_files() {
         objects.extend(deploy_objects(&file));
@@ -116,6 +127,11 @@ async fn install(admin: &kube::Client, token_endpoint: &StandIn) {
     btp_manager::objects::crd_established(admin, names::CRD_NAME, Duration::from_secs(60))
         .await
         .expect("the BtpOperator CRD is established");
+}
+
+/// What the install puts on a fresh server before the manager starts (see the module's comment).
+async fn install(admin: &kube::Client, token_endpoint: &StandIn) {
+    install_deploy(admin).await;
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": names::REQUIRED_SECRET_NAME, "namespace": names::KYMA_SYSTEM,
                      "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_KEB}},
@@ -146,11 +162,7 @@ async fn delete_without_manager(admin: &kube::Client, manager: Manager) {
 /// One fresh server: its cold run and `warm` warm runs.
 async fn round(k8s: &RealK8s, warm: usize) -> Result<(Run, Vec<Run>), String> {
     let up = k8s.fresh()?;
-    let kubeconfig = kube::config::Kubeconfig::read_from(&up.kubeconfig).map_err(|e| e.to_string())?;
-    let admin_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let admin = kube::Client::try_from(admin_config.clone()).map_err(|e| e.to_string())?;
+    let (admin, admin_config) = admin_client(&up).await?;
     let token_endpoint = StandIn::start(CLIENT_ID, CLIENT_SECRET)
         .await
         .map_err(|e| format!("the stand-in token endpoint: {e}"))?;

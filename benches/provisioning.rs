@@ -513,18 +513,23 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("runtime");
-    if std::env::var("BTP_BENCH_MODE").is_ok_and(|m| m == "real-roles") {
-        let mut summary = summary::Summary::from_env("provisioning (role writes on a real API server)");
-        if let Err(e) = rt.block_on(real_roles::run(&mut summary)) {
-            eprintln!("provisioning/real-roles: {e}");
-            return ExitCode::FAILURE;
-        }
-        return summary.exit_code();
-    }
-    if std::env::var("BTP_BENCH_MODE").is_ok_and(|m| m == "real") {
-        let mut summary = summary::Summary::from_env("provisioning (real API server, manager in-process)");
-        if let Err(e) = rt.block_on(real::run(&mut summary)) {
-            eprintln!("provisioning/real API server: {e}");
+    let mode = std::env::var("BTP_BENCH_MODE").unwrap_or_default();
+    if mode == "real" || mode == "real-roles" {
+        let roles = mode == "real-roles";
+        let mut summary = summary::Summary::from_env(if roles {
+            "provisioning (role writes on a real API server)"
+        } else {
+            "provisioning (real API server, manager in-process)"
+        });
+        let result = rt.block_on(async {
+            if roles {
+                real_roles::run(&mut summary).await
+            } else {
+                real::run(&mut summary).await
+            }
+        });
+        if let Err(e) = result {
+            eprintln!("provisioning/{mode}: {e}");
             return ExitCode::FAILURE;
         }
         return summary.exit_code();

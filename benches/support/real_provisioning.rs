@@ -263,13 +263,12 @@ fn perf_control(command: &str) {
 
 /// The real-server mode: its lines, and its rows in `summary`.
 pub async fn run(summary: &mut Summary) -> Result<(), String> {
-    let k8s = match RealK8s::from_env() {
-        Ok(k8s) => k8s,
-        Err(why) => {
-            println!("provisioning/real API server: not run: {why}");
-            summary.figure("CR to Ready on a real API server", &format!("not run: {why}"));
-            return Ok(());
-        }
+    let Some(k8s) = RealK8s::from_env_or_report(
+        summary,
+        "provisioning/real API server",
+        "CR to Ready on a real API server",
+    ) else {
+        return Ok(());
     };
     // `BTP_BENCH_LOG=<filter>`: the manager's logs (and the bench's), with microsecond timestamps, to see
     // where a pass spends its time between the requests the trace shows.

@@ -108,13 +108,9 @@ async fn writes(
 }
 
 pub async fn run(summary: &mut Summary) -> Result<(), String> {
-    let k8s = match RealK8s::from_env() {
-        Ok(k8s) => k8s,
-        Err(why) => {
-            println!("provisioning/real-roles: not run: {why}");
-            summary.figure("role writes on a real API server", &format!("not run: {why}"));
-            return Ok(());
-        }
+    let Some(k8s) = RealK8s::from_env_or_report(summary, "provisioning/real-roles", "role writes on a real API server")
+    else {
+        return Ok(());
     };
     let n = env_usize("BTP_BENCH_ROLE_WRITES", 15).max(1);
     let up = k8s.fresh()?;

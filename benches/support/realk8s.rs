@@ -38,6 +38,19 @@ pub struct RealK8s {
 }
 
 impl RealK8s {
+    /// The realk8s of the environment; where there is none, None after saying so: a line for `what` (the
+    /// benchmark's name) and a row `figure` in `summary` that it did not run, and why.
+    pub fn from_env_or_report(summary: &mut crate::summary::Summary, what: &str, figure: &str) -> Option<Self> {
+        match Self::from_env() {
+            Ok(k8s) => Some(k8s),
+            Err(why) => {
+                println!("{what}: not run: {why}");
+                summary.figure(figure, &format!("not run: {why}"));
+                None
+            }
+        }
+    }
+
     /// The realk8s of the environment, or why there is none here.
     pub fn from_env() -> Result<Self, String> {
         let scripts = std::env::var_os("BTP_BENCH_REALK8S")

@@ -21,6 +21,8 @@
 //! `BTP_BENCH_MODE=real-roles` measures the writes of the operand's roles as the manager on one real server,
 //! with the shipped RBAC and without its `escalate` (`support/real_roles.rs`).
 
+#[path = "../tests/common/eventually.rs"]
+mod eventually;
 #[path = "support/metrics.rs"]
 mod metrics;
 #[path = "support/real_provisioning.rs"]

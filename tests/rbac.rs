@@ -429,14 +429,8 @@ fn the_manager_may_bind_and_escalate_the_modules_roles_and_no_other() {
         })
         .collect();
     assert_eq!(roles.len(), 2, "the module's Role and ClusterRole: {roles:?}");
-    let ask = |verb: &str, resource: &str, namespace: &str, name: &str| Request {
-        verb: verb.into(),
-        group: "rbac.authorization.k8s.io".into(),
-        resource: resource.into(),
-        subresource: String::new(),
-        namespace: namespace.into(),
-        name: name.into(),
-        path: String::new(),
+    let ask = |verb: &str, resource: &str, namespace: &str, name: &str| {
+        Request::new(verb, "rbac.authorization.k8s.io", resource, namespace, name)
     };
     for (resource, namespace, name) in &roles {
         for verb in ["bind", "escalate"] {

@@ -11,15 +11,15 @@
 
 use super::real::{admin_client, install_deploy, manager_config};
 use super::{env_usize, ms};
+use crate::eventually::try_eventually;
 use crate::realk8s::RealK8s;
+use crate::shipped::{self, deploy_objects};
 use crate::summary::Summary;
 use btp_manager::manifests::module_resources;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-
-/// The manager's ClusterRole, whose `escalate` the second variant takes out.
-const MANAGER_ROLE: &str = "btp-manager-manager-role";
 
 /// The module's Roles and ClusterRoles, as the manager applies them.
 fn module_roles() -> Result<Vec<Value>, String> {
@@ -31,48 +31,36 @@ fn module_roles() -> Result<Vec<Value>, String> {
         .collect())
 }
 
-fn api_for(client: &kube::Client, role: &Value) -> Api<DynamicObject> {
-    let kind = role["kind"].as_str().unwrap_or_default();
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind));
-    match role["metadata"]["namespace"].as_str() {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
-        None => Api::all_with(client.clone(), &resource),
+/// Apply `deploy/rbac.yaml` again (as the install did) with `escalate` taken out of every rule, and wait until
+/// the API server's authorizer no longer grants it: a SubjectAccessReview of the manager for `role`.
+async fn without_escalate(admin: &kube::Client, role: &Value) -> Result<(), String> {
+    let mut rbac = deploy_objects("rbac.yaml");
+    // (`get_mut`: indexing a JSON object mutably would add a `rules: null` to the bindings.)
+    for rule in rbac
+        .iter_mut()
+        .filter_map(|o| o.get_mut("rules").and_then(Value::as_array_mut))
+        .flatten()
+    {
+        if let Some(verbs) = rule.get_mut("verbs").and_then(Value::as_array_mut) {
+            verbs.retain(|v| v != "escalate");
+        }
     }
-}
-
-/// Take `escalate` out of every rule of the manager's ClusterRole (as the admin), and wait until the API
-/// server's authorizer no longer grants it: a SubjectAccessReview of the manager for one of the roles.
-async fn without_escalate(admin: &kube::Client, manager_user: &str, role: &Value) -> Result<(), String> {
-    let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(admin.clone());
-    let mut cluster_role = roles.get(MANAGER_ROLE).await.map_err(|e| e.to_string())?;
-    for rule in cluster_role.rules.iter_mut().flatten() {
-        rule.verbs.retain(|v| v != "escalate");
-    }
-    roles
-        .replace(MANAGER_ROLE, &Default::default(), &cluster_role)
-        .await
-        .map_err(|e| e.to_string())?;
-    let review: k8s_openapi::api::authorization::v1::SubjectAccessReview = serde_json::from_value(serde_json::json!({
-        "spec": {"user": manager_user, "groups": ["system:serviceaccounts", "system:authenticated"],
+    shipped::apply(admin, &rbac).await;
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "spec": {"user": shipped::manager_user(), "groups": ["system:serviceaccounts", "system:authenticated"],
                  "resourceAttributes": {"group": "rbac.authorization.k8s.io", "verb": "escalate",
                      "resource": if role["kind"] == "Role" { "roles" } else { "clusterroles" },
                      "namespace": role["metadata"]["namespace"].as_str().unwrap_or_default(),
                      "name": role["metadata"]["name"]}}
     }))
     .map_err(|e| e.to_string())?;
-    let reviews = Api::<k8s_openapi::api::authorization::v1::SubjectAccessReview>::all(admin.clone());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        let answer = reviews
-            .create(&Default::default(), &review)
-            .await
-            .map_err(|e| e.to_string())?;
-        if !answer.status.is_some_and(|s| s.allowed) {
-            return Ok(());
-        }
-        tokio::task::yield_now().await;
-    }
-    Err("the API server still grants escalate after the ClusterRole lost it".into())
+    let reviews = Api::<SubjectAccessReview>::all(admin.clone());
+    try_eventually(Duration::from_secs(10), || async {
+        let answer = reviews.create(&Default::default(), &review).await;
+        answer.is_ok_and(|a| !a.status.is_some_and(|s| s.allowed))
+    })
+    .await
+    .map_err(|()| "the API server still grants escalate after the ClusterRole lost it".to_string())
 }
 
 /// Create and delete `role` `n` times; the creates' durations, and the API server's CPU (seconds) meanwhile.
@@ -90,16 +78,24 @@ async fn writes(
             .find(|(component, _)| *component == "kube-apiserver")
             .map_or(0.0, |(_, cpu)| cpu)
     };
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "rbac.authorization.k8s.io",
+        "v1",
+        role["kind"].as_str().unwrap_or_default(),
+    ));
+    let roles: Api<DynamicObject> = match role["metadata"]["namespace"].as_str() {
+        Some(namespace) => Api::namespaced_with(admin.clone(), namespace, &resource),
+        None => Api::all_with(admin.clone(), &resource),
+    };
     let before = apiserver_cpu();
     let mut creates = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        api_for(manager, role)
-            .patch(&name, &PatchParams::apply("btp-manager").force(), &Patch::Apply(role))
+        btp_manager::shipped::apply(manager, std::slice::from_ref(role), "btp-manager")
             .await
-            .map_err(|e| format!("applying {name} as the manager: {e}"))?;
+            .map_err(|e| format!("as the manager: {e}"))?;
         creates.push(started.elapsed());
-        api_for(admin, role)
+        roles
             .delete(&name, &DeleteParams::default())
             .await
             .map_err(|e| format!("deleting {name}: {e}"))?;
@@ -123,7 +119,7 @@ pub async fn run(summary: &mut Summary) -> Result<(), String> {
     };
     for variant in ["shipped RBAC (bind, escalate)", "without escalate"] {
         if variant == "without escalate" {
-            without_escalate(&admin, &crate::shipped::manager_user(), first).await?;
+            without_escalate(&admin, first).await?;
         }
         for role in &roles {
             let (mut creates, cpu) = writes(&up, &admin, &manager, role, n).await?;

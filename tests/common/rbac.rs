@@ -28,6 +28,23 @@ pub struct Request {
     pub path: String,
 }
 
+impl Request {
+    /// A resource request (`resource` may carry its subresource: `deployments/status`); `name` and
+    /// `namespace` empty where it names none.
+    pub fn new(verb: &str, group: &str, resource: &str, namespace: &str, name: &str) -> Self {
+        let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
+        Self {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: sub.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            path: String::new(),
+        }
+    }
+}
+
 impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if !self.path.is_empty() {
@@ -339,16 +356,7 @@ mod tests {
     use serde_json::json;
 
     fn request(verb: &str, group: &str, resource: &str, namespace: &str, name: &str) -> Request {
-        let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
-        Request {
-            verb: verb.into(),
-            group: group.into(),
-            resource: resource.into(),
-            subresource: sub.into(),
-            namespace: namespace.into(),
-            name: name.into(),
-            path: String::new(),
-        }
+        Request::new(verb, group, resource, namespace, name)
     }
 
     fn objects() -> Vec<Value> {

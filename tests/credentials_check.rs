@@ -88,6 +88,62 @@ async fn valid_credentials_get_a_token_and_a_wrong_secret_is_unauthorized_at_onc
     env.stop().await;
 }
 
+/// On an install, a verdict that comes while the pass applies goes with that pass's `Ready`, and so does an
+/// operand Deployment that turned available meanwhile: one status write after `Initialized`, not a write of
+/// the verdict alone just before `Ready`, nor `Ready` left to the next pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_and_a_deployment_ready_during_the_install_go_with_its_ready_in_one_write() {
+    let endpoint = token_endpoint::start().await;
+    let env = checking_env(&endpoint.ca_pem, Duration::from_secs(3600)).await;
+    let Some(server) = env.embedded() else { return };
+    // The CRDs' writes are held: the pass that installs is still applying when the verdict comes and the
+    // operand Deployment (written without waiting for them) is marked available.
+    let held = server.faults().hold(Some("patch"), Some("customresourcedefinitions"));
+    let log = server.request_log();
+    let skip = log.len();
+    provision(&env, &endpoint, SECRET).await;
+    eventually(Duration::from_secs(15), "the check's verdict", || async {
+        env.ctx.metrics.credentials_check().exported() == Some("TokenIssued")
+    })
+    .await;
+    let deployment = btp_manager::reconciler::view::ObjectKey::new(
+        "apps/v1",
+        "Deployment",
+        Some(names::KYMA_SYSTEM),
+        names::operand::DEPLOYMENT,
+    );
+    eventually(
+        Duration::from_secs(15),
+        "the manager's view shows the operand Deployment available",
+        || async {
+            let view = env.ctx.view()?;
+            let seen = view.module_object(&deployment, false).known()??;
+            let conditions = seen["status"]["conditions"].as_array()?.clone();
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Available" && c["status"] == "True")
+                .then_some(())
+        },
+    )
+    .await;
+    let status_writes = || {
+        log.since(skip)
+            .into_iter()
+            .filter(|r| r.verb == "patch" && r.resource == "btpoperators" && r.subresource == "status")
+            .count()
+    };
+    assert_eq!(status_writes(), 1, "only Initialized while the CRDs are held");
+    held.release();
+    let cr = env.wait_cr(Reason::ReconcileSucceeded, 10).await;
+    assert_eq!(
+        condition(&cr),
+        Some(("True".into(), "TokenIssued".into())),
+        "Ready came with the verdict"
+    );
+    assert_eq!(status_writes(), 2, "Initialized, then Ready with the verdict");
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_ca_is_reported_until_the_bundle_trusts_it() {
     let endpoint = token_endpoint::start().await;

@@ -38,8 +38,32 @@ pub struct LatencyRule {
     pub resource: Option<String>,
 }
 
+/// Requests held until the test releases them ([`FaultInjector::hold`]).
+struct HoldRule {
+    verb: Option<String>,
+    resource: Option<String>,
+    released: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Matching requests wait, unanswered, until this is released or dropped ([`FaultInjector::hold`]).
+#[must_use = "dropping the hold releases its requests at once"]
+pub struct Held(tokio::sync::watch::Sender<bool>);
+
+impl Held {
+    /// Let the held requests (and later matching ones) through.
+    pub fn release(self) {}
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
+}
+
 struct FaultState {
     rules: Vec<FaultRule>,
+    /// Requests held until released.
+    holds: Vec<HoldRule>,
     /// Simulated round trips (see [`FaultInjector::add_latency`]).
     latency: Vec<LatencyRule>,
     /// Draws which requests fail and which watch events cut (seedable: see [`FaultInjector::seed`]).
@@ -56,6 +80,7 @@ impl Default for FaultState {
     fn default() -> Self {
         Self {
             rules: Vec::new(),
+            holds: Vec::new(),
             latency: Vec::new(),
             rng: fastrand::Rng::new(),
             cut_after: None,
@@ -124,6 +149,21 @@ impl FaultInjector {
             resource: None,
         });
     }
+    /// Requests with `verb` for `resource` (None: any) wait, unanswered, until the returned [`Held`] is
+    /// released: a write held in flight for as long as a test needs, rather than for a guessed time.
+    pub fn hold(&self, verb: Option<&str>, resource: Option<&str>) -> Held {
+        let (release, released) = tokio::sync::watch::channel(false);
+        self.with(|s| {
+            s.holds.retain(|h| !*h.released.borrow());
+            s.holds.push(HoldRule {
+                verb: verb.map(str::to_string),
+                resource: resource.map(str::to_string),
+                released,
+            });
+        });
+        Held(release)
+    }
+
     /// Removes every latency rule: requests are answered at once again.
     pub fn clear_latency(&self) {
         self.with(|s| s.latency.clear());
@@ -182,6 +222,19 @@ impl FaultInjector {
     /// Before a request is handled: waits its simulated round trip, then answers it with an injected failure
     /// if a rule says so (with `Retry-After` for 429s and 503s as configured).
     pub(crate) async fn intercept(&self, verb: &str, resource: &str, user: &str) -> Option<Response> {
+        let holds: Vec<_> = self.with(|s| {
+            s.holds
+                .iter()
+                .filter(|h| {
+                    h.verb.as_deref().is_none_or(|v| v == verb) && h.resource.as_deref().is_none_or(|x| x == resource)
+                })
+                .map(|h| h.released.clone())
+                .collect()
+        });
+        for mut released in holds {
+            // Released, or its sender gone (released too).
+            let _ = released.wait_for(|r| *r).await;
+        }
         let delay = self.delay(verb, resource);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;

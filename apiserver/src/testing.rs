@@ -4,7 +4,7 @@
 //! only marks Deployments available, and what tests check webhooks and TLS with.
 
 pub use crate::admission::match_conditions;
-pub use crate::faults::{FaultInjector, FaultRule, LatencyRule, RequestLog};
+pub use crate::faults::{FaultInjector, FaultRule, Held, LatencyRule, RequestLog};
 pub use crate::request::RequestRecord;
 pub use crate::workloads::{mark_deployment_available, spawn_deployment_controller};
 

@@ -92,11 +92,11 @@ async fn reconcile_once(
         return Ok(None);
     }
     let deleting = cr.meta().deletion_timestamp.is_some();
-    // The credentials check's verdict goes with the status of a live, valid CR (docs/behaviour.md#credentials-check).
-    let credentials = (is_valid(cr) && !deleting)
-        .then(|| ctx.credentials_check().verdict(&settings.config))
-        .flatten();
-    let mut status = StatusWriter::new(ctx, cr).with_credentials(credentials);
+    let mut status = StatusWriter::new(ctx, cr);
+    if is_valid(cr) && !deleting {
+        // The credentials check's verdict goes with the status of a live, valid CR (docs/behaviour.md#credentials-check).
+        status = status.with_credentials(&settings.config);
+    }
     if !is_valid(cr) {
         status
             .set(Outcome::new(
@@ -113,8 +113,13 @@ async fn reconcile_once(
         deprovision::run(ctx, settings, cr, &mut status).await
     } else {
         ctx.deletion_ends();
-        let end = provision::run(ctx, settings, cr, &mut status).await;
-        super::credentials_condition::hand_over(ctx, settings).await;
+        // The check gets the Secret beside the pass, not after it: its verdict then usually comes while the
+        // pass applies, and goes with the pass's status (a new install's `Ready`) instead of bringing a
+        // status write of its own just when the operand turns ready.
+        let (end, ()) = futures::join!(
+            provision::run(ctx, settings, cr, &mut status),
+            super::credentials_condition::hand_over(ctx, settings)
+        );
         end
     };
     if let Some(outcome) = end.report() {

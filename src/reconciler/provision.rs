@@ -96,7 +96,9 @@ async fn steps(
         converge(cluster, cr, observed.await?, Some(status), failed(was_ready)).await?
     };
 
-    let deployment = converged.operand_deployment;
+    // The Deployment controller may have marked the Deployment available while the rest of the apply was
+    // answering: judged as the view has it now, this pass ends Ready rather than the next.
+    let deployment = cluster.operand_deployment_now(converged.operand_deployment);
     let ready = deployment.as_ref().is_some_and(readiness::deployment_ready);
     let (waited, from_ready) = if ready {
         (Default::default(), was_ready)

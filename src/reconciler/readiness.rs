@@ -11,6 +11,17 @@ pub fn deployment_ready(d: &Deployment) -> bool {
     is_true("Available") && is_true("Progressing")
 }
 
+/// The copy of the operand Deployment a pass judges after its apply: `seen`, what the view knows of it now
+/// (`Some(None)`: gone; None: the view has not caught up with the apply's write), when it holds the
+/// Deployment, else `applied`, the apply's answer. A Deployment marked available while the rest of the apply
+/// was still answering makes that pass end `Ready`, rather than the next. Pure.
+pub fn newest(applied: Option<Deployment>, seen: Option<Option<Deployment>>) -> Option<Deployment> {
+    match seen {
+        Some(Some(now)) => Some(now),
+        _ => applied,
+    }
+}
+
 /// Where the wait for the operand Deployment stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
@@ -66,6 +77,25 @@ mod tests {
             ("Progressing", "True")
         ])));
         assert!(!deployment_ready(&deployment(&[])));
+    }
+
+    #[test]
+    fn the_view_s_copy_is_judged_once_it_has_caught_up_with_the_apply() {
+        let applied = deployment(&[]);
+        let available = deployment(&[("Available", "True"), ("Progressing", "True")]);
+        let judged = |seen| newest(Some(applied.clone()), seen).is_some_and(|d| deployment_ready(&d));
+        assert!(
+            judged(Some(Some(available.clone()))),
+            "available since the apply answered"
+        );
+        assert!(
+            !judged(None),
+            "the view has not shown the apply's write: its answer counts"
+        );
+        assert!(!judged(Some(None)), "gone meanwhile: the apply's answer counts");
+        assert!(!judged(Some(Some(applied.clone()))));
+        assert_eq!(newest(None, Some(Some(available.clone()))), Some(available));
+        assert_eq!(newest(None, None), None);
     }
 
     #[test]

@@ -18,8 +18,9 @@ pub struct StatusWriter<'a> {
     api: Api<BtpOperator>,
     cr: &'a BtpOperator,
     current: Option<BtpOperatorStatus>,
-    /// The credentials check's verdict this pass writes (None: the condition is left as it is).
-    credentials: Option<crate::credentials_check::Verdict>,
+    /// The settings whose credentials check's verdict goes with each status this writer writes (None: the
+    /// condition is left as it is).
+    credentials: Option<&'a crate::config::Config>,
 }
 
 fn now_rfc3339() -> String {
@@ -41,17 +42,26 @@ impl<'a> StatusWriter<'a> {
         }
     }
 
-    /// Write `verdict` as the `CredentialsValid` condition with every status this writer writes
-    /// ([`StatusWriter::write_credentials`] writes it alone).
-    pub fn with_credentials(mut self, verdict: Option<crate::credentials_check::Verdict>) -> Self {
-        self.credentials = verdict;
+    /// Write the credentials check's verdict for `config` as the `CredentialsValid` condition with every
+    /// status this writer writes ([`StatusWriter::write_credentials`] writes it alone). The verdict is taken
+    /// as it is at each write, not when the pass began: one that came during the pass goes with the pass's
+    /// status (on an install, in the same request as `Ready`) instead of bringing a write of its own.
+    pub fn with_credentials(mut self, config: &'a crate::config::Config) -> Self {
+        self.credentials = Some(config);
         self
+    }
+
+    /// The verdict to write now (None: the condition is left as it is).
+    fn verdict(&self) -> Option<crate::credentials_check::Verdict> {
+        self.credentials
+            .and_then(|config| self.ctx.credentials_check().verdict(config))
     }
 
     /// Write the `CredentialsValid` condition if it changed (and the status exists).
     pub async fn write_credentials(&mut self) -> Result<(), ApiError> {
-        match credentials_condition::apply(self.current.as_ref(), self.credentials.as_ref(), &now_rfc3339()) {
-            Some(next) => self.write(next, None).await,
+        let verdict = self.verdict();
+        match credentials_condition::apply(self.current.as_ref(), verdict.as_ref(), &now_rfc3339()) {
+            Some(next) => self.write(next, None, verdict.as_ref()).await,
             None => Ok(()),
         }
     }
@@ -61,14 +71,21 @@ impl<'a> StatusWriter<'a> {
         let now = now_rfc3339();
         let ready = status::next_status(self.current.as_ref(), &outcome, self.cr.meta().generation, &now);
         let base = ready.as_ref().or(self.current.as_ref());
-        let Some(next) = credentials_condition::apply(base, self.credentials.as_ref(), &now).or(ready) else {
+        let verdict = self.verdict();
+        let Some(next) = credentials_condition::apply(base, verdict.as_ref(), &now).or(ready) else {
             return Ok(());
         };
-        self.write(next, Some(&outcome)).await
+        self.write(next, Some(&outcome), verdict.as_ref()).await
     }
 
-    /// Patch the status to `next`; Events for a new state (`outcome` says why) and a new credentials reason.
-    async fn write(&mut self, next: BtpOperatorStatus, outcome: Option<&Outcome>) -> Result<(), ApiError> {
+    /// Patch the status to `next`; Events for a new state (`outcome` says why) and a new credentials reason
+    /// (`verdict`, the one `next` carries).
+    async fn write(
+        &mut self,
+        next: BtpOperatorStatus,
+        outcome: Option<&Outcome>,
+        verdict: Option<&crate::credentials_check::Verdict>,
+    ) -> Result<(), ApiError> {
         let patch = Patch::Merge(json!({ "status": next }));
         let name = self.cr.name_any();
         let patch_params = PatchParams::default();
@@ -101,7 +118,7 @@ impl<'a> StatusWriter<'a> {
         let credentials = credentials_condition::reason(Some(&next));
         if let (true, Some(verdict)) = (
             credentials != credentials_condition::reason(self.current.as_ref()),
-            &self.credentials,
+            verdict,
         ) {
             let event = Event {
                 type_: match verdict.status() {

@@ -6,8 +6,9 @@ use super::retry::retrying;
 use crate::config::{Config, Settings};
 use crate::reconciler::context::Context;
 use crate::reconciler::error::{api_err, ApiError};
+use crate::reconciler::readiness;
 use crate::reconciler::resources;
-use crate::reconciler::view::{cr_key, read_through, ObjectKey};
+use crate::reconciler::view::{cr_key, read_through, ClusterView, ObjectKey, Read};
 use btp_api::{names, BtpOperator};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -206,23 +207,47 @@ impl<'a> Cluster<'a> {
         .map_err(api_err(format!("reading Secret {namespace}/{name}")))
     }
 
+    /// The operand Deployment as new as this process knows it without asking: the view's copy once its store
+    /// has shown what this process last saw of it (a watch delivers one object's changes in order, so that
+    /// copy is as new as `applied` or newer, such as the Deployment controller's status written since), else
+    /// `applied` (the Deployment as the pass's apply answered it). No request.
+    pub fn operand_deployment_now(&self, applied: Option<Deployment>) -> Option<Deployment> {
+        let seen = self
+            .ctx
+            .view()
+            .and_then(|v| seen_deployment(&v, &self.operand_deployment_key()).known());
+        readiness::newest(applied, seen)
+    }
+
     /// The operand Deployment, if it exists.
     pub async fn operand_deployment(&self) -> Result<Option<Deployment>, ApiError> {
         let (namespace, name) = (&self.config.chart_namespace, &self.config.deployment_name);
         let deployments = Api::<Deployment>::namespaced(self.client(), namespace);
-        let key = ObjectKey::new("apps/v1", "Deployment", Some(namespace), name);
+        let key = self.operand_deployment_key();
         let view = self.ctx.view();
         read_through(
             view.as_deref(),
-            // A copy that does not decode is not known: the API server answers.
-            |v| {
-                v.module_object(&key, false)
-                    .and_then(|d| serde_json::from_value(d).ok())
-            },
+            |v| seen_deployment(v, &key),
             retrying(|| deployments.get_opt(name)),
             |v, live: Option<&Deployment>| v.read_again(&key, live.and_then(|d| d.metadata.resource_version.clone())),
         )
         .await
         .map_err(api_err("reading the operand Deployment"))
     }
+
+    fn operand_deployment_key(&self) -> ObjectKey {
+        ObjectKey::new(
+            "apps/v1",
+            "Deployment",
+            Some(&self.config.chart_namespace),
+            &self.config.deployment_name,
+        )
+    }
+}
+
+/// What the view says of the Deployment `key`; a copy that does not decode is not known (the API server
+/// answers).
+fn seen_deployment(view: &ClusterView, key: &ObjectKey) -> Read<Deployment> {
+    view.module_object(key, false)
+        .and_then(|d| serde_json::from_value(d).ok())
 }

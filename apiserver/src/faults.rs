@@ -5,6 +5,7 @@ use crate::request::RequestRecord;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,20 +44,45 @@ struct HoldRule {
     verb: Option<String>,
     resource: Option<String>,
     released: tokio::sync::watch::Receiver<bool>,
+    waiting: Arc<AtomicUsize>,
 }
 
 /// Matching requests wait, unanswered, until this is released or dropped ([`FaultInjector::hold`]).
 #[must_use = "dropping the hold releases its requests at once"]
-pub struct Held(tokio::sync::watch::Sender<bool>);
+pub struct Held {
+    release: tokio::sync::watch::Sender<bool>,
+    waiting: Arc<AtomicUsize>,
+}
 
 impl Held {
+    /// How many requests wait for this hold now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
     /// Let the held requests (and later matching ones) through.
     pub fn release(self) {}
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.0.send_replace(true);
+        self.release.send_replace(true);
+    }
+}
+
+/// One request counted as waiting for a hold while this lives (also when its connection goes away).
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn new(count: Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -153,15 +179,17 @@ impl FaultInjector {
     /// released: a write held in flight for as long as a test needs, rather than for a guessed time.
     pub fn hold(&self, verb: Option<&str>, resource: Option<&str>) -> Held {
         let (release, released) = tokio::sync::watch::channel(false);
+        let waiting = Arc::new(AtomicUsize::new(0));
         self.with(|s| {
             s.holds.retain(|h| !*h.released.borrow());
             s.holds.push(HoldRule {
                 verb: verb.map(str::to_string),
                 resource: resource.map(str::to_string),
                 released,
+                waiting: waiting.clone(),
             });
         });
-        Held(release)
+        Held { release, waiting }
     }
 
     /// Removes every latency rule: requests are answered at once again.
@@ -228,10 +256,11 @@ impl FaultInjector {
                 .filter(|h| {
                     h.verb.as_deref().is_none_or(|v| v == verb) && h.resource.as_deref().is_none_or(|x| x == resource)
                 })
-                .map(|h| h.released.clone())
+                .map(|h| (h.released.clone(), h.waiting.clone()))
                 .collect()
         });
-        for mut released in holds {
+        for (mut released, waiting) in holds {
+            let _waiting = Waiting::new(waiting);
             // Released, or its sender gone (released too).
             let _ = released.wait_for(|r| *r).await;
         }

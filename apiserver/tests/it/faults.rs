@@ -53,6 +53,27 @@ async fn injected_errors_and_request_log() {
 }
 
 #[tokio::test]
+async fn a_held_request_is_answered_only_once_released() {
+    let srv = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");
+    let held = srv.faults().hold(Some("create"), Some("configmaps"));
+    let create = tokio::spawn({
+        let api = api.clone();
+        async move { api.create(&PostParams::default(), &cm("held")).await }
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || async { held.waiting() == 1 }).await,
+        "the create reaches the server and waits"
+    );
+    // Held before it is handled: nothing stored, and the requests it does not match go on.
+    assert!(api.get_opt("held").await.unwrap().is_none());
+    assert!(!create.is_finished(), "answered only once released");
+    held.release();
+    create.await.unwrap().unwrap();
+    assert!(api.get_opt("held").await.unwrap().is_some());
+}
+
+#[tokio::test]
 async fn cut_watch_streams() {
     let srv = start().await;
     let api: Api<ConfigMap> = Api::namespaced(srv.client().await, "default");

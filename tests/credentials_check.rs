@@ -132,6 +132,11 @@ async fn a_verdict_and_a_deployment_ready_during_the_install_go_with_its_ready_i
             .filter(|r| r.verb == "patch" && r.resource == "btpoperators" && r.subresource == "status")
             .count()
     };
+    // A write's record follows its effect (the log takes it as the answer leaves): wait for the record.
+    eventually(Duration::from_secs(10), "the Initialized write", || async {
+        status_writes() >= 1
+    })
+    .await;
     assert_eq!(status_writes(), 1, "only Initialized while the CRDs are held");
     held.release();
     let cr = env.wait_cr(Reason::ReconcileSucceeded, 10).await;
@@ -140,6 +145,10 @@ async fn a_verdict_and_a_deployment_ready_during_the_install_go_with_its_ready_i
         Some(("True".into(), "TokenIssued".into())),
         "Ready came with the verdict"
     );
+    eventually(Duration::from_secs(10), "the Ready write", || async {
+        status_writes() >= 2
+    })
+    .await;
     assert_eq!(status_writes(), 2, "Initialized, then Ready with the verdict");
     env.stop().await;
 }

@@ -16,8 +16,9 @@ use crate::realk8s::RealK8s;
 use crate::shipped::{self, deploy_objects};
 use crate::summary::Summary;
 use btp_manager::manifests::module_resources;
+use btp_manager::reconciler::cluster::api_resource;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -78,11 +79,10 @@ async fn writes(
             .find(|(component, _)| *component == "kube-apiserver")
             .map_or(0.0, |(_, cpu)| cpu)
     };
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "rbac.authorization.k8s.io",
-        "v1",
+    let resource = api_resource(
+        role["apiVersion"].as_str().unwrap_or_default(),
         role["kind"].as_str().unwrap_or_default(),
-    ));
+    );
     let roles: Api<DynamicObject> = match role["metadata"]["namespace"].as_str() {
         Some(namespace) => Api::namespaced_with(admin.clone(), namespace, &resource),
         None => Api::all_with(admin.clone(), &resource),
